@@ -1,0 +1,299 @@
+"""The thinktier policy: the one file platform engineers edit.
+
+Every knob of the service lives here, typed, with its default and its help
+text. Validation, defaults, the Ray Serve config, the Helm values and the JSON
+Schema for editors are all derived from these models; nothing restates them.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Effort = Literal["low", "medium", "high"]
+EFFORTS: tuple[Effort, ...] = ("low", "medium", "high")
+DifficultyClass = Literal["easy", "medium", "hard"]
+Accelerator = Literal["cpu", "gpu"]
+KVCacheDType = Literal["auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2"]
+FP8_KV_DTYPES = ("fp8", "fp8_e4m3", "fp8_e5m2")
+
+
+def cpu_supports_fp8_kv() -> bool:
+    """vLLM's CPU backend stores FP8 KV only with AVX-512 or AMX."""
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            flags = cpuinfo.read()
+    except OSError:
+        return False
+    return "avx512f" in flags or "amx_tile" in flags
+
+
+class StrictModel(BaseModel):
+    """Unknown keys are errors: a typo in a policy must not be silently ignored."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class KVOffloading(StrictModel):
+    """vLLM native CPU offloading of KV blocks (GPU only)."""
+
+    size_gib: float = Field(0.0, ge=0, description="CPU memory per replica for offloaded KV, GiB; 0 disables offloading.")
+    backend: Literal["native", "lmcache"] = Field("native", description="vLLM KV offloading backend.")
+
+    @property
+    def enabled(self) -> bool:
+        return self.size_gib > 0
+
+
+class EngineArgs(StrictModel):
+    """vLLM engine arguments for every replica of a tier."""
+
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field("auto", description="Weight and activation dtype.")
+    max_model_len: int = Field(4096, ge=64, description="Longest prompt + output a request may have, tokens.")
+    max_num_seqs: int = Field(64, ge=1, description="Most requests decoded together in one step.")
+    max_num_batched_tokens: int | None = Field(None, ge=64, description="Token budget of one scheduler step.")
+    kv_cache_dtype: KVCacheDType = Field("auto", description="KV cache dtype; fp8 doubles KV capacity on GPUs.")
+    kv_cache_memory_gib: float | None = Field(
+        None, gt=0, description="KV cache size per replica, GiB. Required on CPU; on GPU it overrides gpu_memory_utilization."
+    )
+    gpu_memory_utilization: float = Field(0.9, gt=0, le=1, description="Share of GPU memory vLLM may use (GPU only).")
+    block_size: int | None = Field(None, ge=1, description="KV block size in tokens; vLLM's default when unset.")
+    enable_prefix_caching: bool = Field(True, description="Reuse KV of shared prompt prefixes.")
+    scheduling_policy: Literal["fcfs", "priority"] = Field(
+        "priority", description="'priority' lets the router's difficulty reach vLLM's scheduler (hard requests preempted first)."
+    )
+    kv_offloading: KVOffloading = Field(default_factory=KVOffloading)
+    enforce_eager: bool = Field(False, description="Skip torch.compile and CUDA graphs: faster start, slower decode.")
+    tensor_parallel_size: int = Field(1, ge=1, description="GPUs per replica.")
+    cpu_threads: str | None = Field(
+        None, description="CPU only: cores the engine's threads are bound to, e.g. '0' or '0-1' (VLLM_CPU_OMP_THREADS_BIND)."
+    )
+
+
+class Pool(StrictModel):
+    """Where a tier's replicas run: the Ray resources of one replica and the Kubernetes node pool."""
+
+    accelerator: Accelerator = Field("cpu", description="'gpu' replicas ask Ray for GPUs and run CUDA vLLM.")
+    accelerator_type: str | None = Field(None, description="Ray accelerator type, e.g. 'H100' (GPU pools).")
+    num_cpus: float = Field(1.0, gt=0, description="Ray CPUs per replica.")
+    memory_gib: float = Field(4.0, gt=0, description="Host memory per replica, GiB (KV offload buffers included).")
+    node_selector: dict[str, str] = Field(default_factory=dict, description="Kubernetes node selector of the pool.")
+    tolerations: list[dict[str, str]] = Field(default_factory=list, description="Kubernetes tolerations of the pool.")
+
+
+class Replicas(StrictModel):
+    min: int = Field(1, ge=0, description="Fewest replicas the autoscaler keeps.")
+    max: int = Field(1, ge=1, description="Most replicas the autoscaler may start.")
+    initial: int | None = Field(None, ge=0, description="Replicas at start; min when unset.")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Replicas:
+        if self.min > self.max:
+            raise ValueError(f"min ({self.min}) must not exceed max ({self.max})")
+        if self.initial is not None and not self.min <= self.initial <= self.max:
+            raise ValueError(f"initial ({self.initial}) must lie within [min, max] = [{self.min}, {self.max}]")
+        return self
+
+
+class Budget(StrictModel):
+    """What one request of an effort level may spend."""
+
+    thinking_tokens: int = Field(ge=0, description="Most thinking tokens; at the cap the engine closes the thinking.")
+    answer_tokens: int = Field(ge=1, description="Most visible answer tokens.")
+    samples: int = Field(1, ge=1, le=16, description="Self-consistency samples (n); they share one prefill.")
+
+
+def _default_budgets() -> dict[Effort, Budget]:
+    return {
+        "low": Budget(thinking_tokens=256, answer_tokens=256),
+        "medium": Budget(thinking_tokens=1024, answer_tokens=512),
+        "high": Budget(thinking_tokens=4096, answer_tokens=1024),
+    }
+
+
+class Autoscaling(StrictModel):
+    """Targets of the KV- and straggler-aware autoscaler (per tier)."""
+
+    target_kv_occupancy: float = Field(0.7, gt=0, le=1, description="Scale up when mean KV occupancy stays above this.")
+    scale_down_kv_occupancy: float = Field(0.3, ge=0, lt=1, description="Scale down only when KV occupancy stays below this.")
+    max_stragglers_per_replica: float = Field(2, ge=0, description="Scale up when stragglers per replica pass this.")
+    target_ongoing_requests: float = Field(8, gt=0, description="Queue-depth floor: replicas >= ongoing / this.")
+    upscale_delay_s: float = Field(5, ge=0, description="Condition must hold this long before scaling up.")
+    downscale_delay_s: float = Field(30, ge=0, description="Condition must hold this long before scaling down.")
+    metrics_interval_s: float = Field(1.0, gt=0, description="How often replicas push their stats.")
+
+    @model_validator(mode="after")
+    def _hysteresis(self) -> Autoscaling:
+        if self.scale_down_kv_occupancy >= self.target_kv_occupancy:
+            raise ValueError(
+                f"scale_down_kv_occupancy ({self.scale_down_kv_occupancy}) must be below "
+                f"target_kv_occupancy ({self.target_kv_occupancy}) or the tier flaps"
+            )
+        return self
+
+
+class Stragglers(StrictModel):
+    """When a running request counts as a straggler."""
+
+    thinking_tokens: int = Field(2048, ge=1, description="Past this many thinking tokens.")
+    elapsed_s: float = Field(60, gt=0, description="Or running longer than this.")
+
+
+class Tier(StrictModel):
+    model: str = Field(
+        description="Model folder, or 'builtin:<name>' for a model thinktier builds itself (builtin:smollm2-135m-think)."
+    )
+    served_model_name: str | None = Field(None, description="Name clients use in 'model'; the tier's name when unset.")
+    thinking: bool = Field(True, description="Whether the tier writes a thinking section before the answer.")
+    think_start: str = Field("<think>", description="Token that opens the thinking section.")
+    think_end: str = Field("</think>", description="Token that closes the thinking section.")
+    pool: Pool = Field(default_factory=Pool)
+    replicas: Replicas = Field(default_factory=Replicas)
+    engine: EngineArgs = Field(default_factory=EngineArgs)
+    budgets: dict[Effort, Budget] = Field(default_factory=_default_budgets, description="Budget per effort level.")
+    max_prompt_tokens: int = Field(1024, ge=1, description="Longest prompt accepted, tokens; longer ones get a 400.")
+    autoscaling: Autoscaling = Field(default_factory=Autoscaling)
+    stragglers: Stragglers = Field(default_factory=Stragglers)
+
+    @model_validator(mode="after")
+    def _fits(self) -> Tier:
+        missing = [e for e in EFFORTS if e not in self.budgets]
+        if missing:
+            raise ValueError(f"budgets must define every effort level; missing {missing}")
+        for effort, budget in self.budgets.items():
+            need = self.max_prompt_tokens + budget.thinking_tokens + budget.answer_tokens + 1
+            if need > self.engine.max_model_len:
+                raise ValueError(
+                    f"budgets.{effort}: max_prompt_tokens + thinking_tokens + answer_tokens + 1 = {need} "
+                    f"exceeds engine.max_model_len ({self.engine.max_model_len}); lower the budget or raise max_model_len"
+                )
+            if not self.thinking and budget.thinking_tokens:
+                raise ValueError(f"budgets.{effort}.thinking_tokens must be 0 on a tier with thinking: false")
+        self._check_accelerator()
+        return self
+
+    def _check_accelerator(self) -> None:
+        engine = self.engine
+        if self.pool.accelerator == "gpu":
+            if engine.cpu_threads is not None:
+                raise ValueError("engine.cpu_threads applies to CPU tiers only; remove it or set pool.accelerator: cpu")
+            return
+        if engine.kv_offloading.enabled:
+            raise ValueError(
+                "engine.kv_offloading: vLLM offloads KV to CPU memory only from CUDA or XPU GPUs; "
+                "set kv_offloading.size_gib: 0 or pool.accelerator: gpu"
+            )
+        if engine.kv_cache_dtype in FP8_KV_DTYPES and not cpu_supports_fp8_kv():
+            raise ValueError(
+                f"engine.kv_cache_dtype: {engine.kv_cache_dtype!r} needs a GPU or an x86 CPU with AVX-512 or AMX, "
+                "which this machine lacks; use kv_cache_dtype: auto or pool.accelerator: gpu"
+            )
+        if engine.kv_cache_memory_gib is None:
+            raise ValueError(
+                "engine.kv_cache_memory_gib is required on CPU tiers (vLLM would otherwise claim most of host RAM); "
+                "e.g. kv_cache_memory_gib: 0.5"
+            )
+
+
+class Thresholds(StrictModel):
+    """Difficulty score (0 = trivial, 1 = olympiad) to tier and effort. Scores below `reasoning` go to the chat tier."""
+
+    reasoning: float = Field(0.3, ge=0, le=1, description="Lowest score sent to the reasoning tier.")
+    medium: float = Field(0.55, ge=0, le=1, description="Lowest score given medium effort.")
+    high: float = Field(0.8, ge=0, le=1, description="Lowest score given high effort.")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Thresholds:
+        if not self.reasoning <= self.medium <= self.high:
+            raise ValueError(
+                f"thresholds must be in order reasoning <= medium <= high; got {self.reasoning}, {self.medium}, {self.high}"
+            )
+        return self
+
+
+class Classifier(StrictModel):
+    enabled: bool = Field(True, description="Score prompts with the difficulty classifier; otherwise route on the request.")
+    artifact: str = Field("builtin:difficulty-v1", description="Trained head artifact, or 'builtin:<version>'.")
+    max_batch_size: int = Field(16, ge=1, description="Prompts scored together.")
+    batch_wait_timeout_s: float = Field(0.002, ge=0, description="How long a batch waits to fill.")
+
+
+class Routing(StrictModel):
+    reasoning_tier: str = Field("reasoning", description="Tier that takes prompts that need thinking.")
+    chat_tier: str | None = Field("chat", description="Tier that takes prompts that need none; null for a single pool.")
+    default_effort: Effort = Field("medium", description="Effort when neither classifier nor request says.")
+    classifier: Classifier = Field(default_factory=Classifier)
+    thresholds: Thresholds = Field(default_factory=Thresholds)
+    priority: dict[DifficultyClass, int] = Field(
+        default_factory=lambda: {"easy": 0, "medium": 1, "hard": 2},
+        description="vLLM priority per class: lower is scheduled first and preempted last.",
+    )
+
+
+class Degradation(StrictModel):
+    """What the router does when the reasoning tier is saturated, in order."""
+
+    saturated_kv_occupancy: float = Field(0.95, gt=0, le=1, description="Tier counts as saturated at this KV occupancy...")
+    saturated_waiting_requests: int = Field(16, ge=0, description="...or with this many requests waiting per replica.")
+    shrink_budget_to: Effort | None = Field("low", description="First step: serve with this effort's budget.")
+    fallback_to_chat: bool = Field(True, description="Second step: serve on the chat tier with thinking off.")
+    retry_after_s: int = Field(5, ge=1, description="Retry-After of the 429 when no tier can take the request.")
+
+
+class SLO(StrictModel):
+    ttfvt_s: float = Field(gt=0, description="Time to first visible (answer) token, seconds.")
+    e2e_s: float = Field(gt=0, description="Request start to last token, seconds.")
+
+
+def _default_slos() -> dict[DifficultyClass, SLO]:
+    return {
+        "easy": SLO(ttfvt_s=2, e2e_s=10),
+        "medium": SLO(ttfvt_s=20, e2e_s=60),
+        "hard": SLO(ttfvt_s=60, e2e_s=180),
+    }
+
+
+class Tenant(StrictModel):
+    api_key_env: str = Field(description="Environment variable holding the tenant's API key (never the key itself).")
+    max_concurrent_requests: int = Field(64, ge=1, description="Requests in flight at once; beyond, 429.")
+    max_effort: Effort = Field("high", description="Highest effort the tenant may ask for.")
+
+
+class Server(StrictModel):
+    host: str = Field("127.0.0.1", description="HTTP bind address.")
+    port: int = Field(8000, ge=1, le=65535, description="HTTP port.")
+    max_body_bytes: int = Field(1_000_000, ge=1024, description="Largest request body accepted.")
+    allow_anonymous: bool = Field(True, description="Serve requests without an API key as tenant 'anonymous'.")
+
+
+class Policy(StrictModel):
+    version: Literal[1] = Field(1, description="Policy schema version.")
+    server: Server = Field(default_factory=Server)
+    tiers: dict[str, Tier] = Field(description="Tiers by name; each becomes a Ray Serve deployment.")
+    routing: Routing = Field(default_factory=Routing)
+    degradation: Degradation = Field(default_factory=Degradation)
+    slos: dict[DifficultyClass, SLO] = Field(default_factory=_default_slos)
+    tenants: dict[str, Tenant] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _routes_exist(self) -> Policy:
+        names = sorted(self.tiers)
+        for field, tier in (("routing.reasoning_tier", self.routing.reasoning_tier), ("routing.chat_tier", self.routing.chat_tier)):
+            if tier is not None and tier not in self.tiers:
+                raise ValueError(f"{field}: tier {tier!r} does not exist; tiers are {names}")
+        if self.routing.chat_tier is not None and self.tiers[self.routing.chat_tier].thinking:
+            raise ValueError(f"routing.chat_tier: tier {self.routing.chat_tier!r} must have thinking: false")
+        served = [t.served_model_name or n for n, t in self.tiers.items()]
+        if len(set(served)) != len(served):
+            raise ValueError(f"served model names must be unique; got {served}")
+        return self
+
+    def served_name(self, tier: str) -> str:
+        return self.tiers[tier].served_model_name or tier
+
+    def tier_for_model(self, model: str) -> str | None:
+        for name in self.tiers:
+            if model in (name, self.served_name(name)):
+                return name
+        return None
