@@ -1,0 +1,114 @@
+"""Ray Serve deployment options and the Serve config file, derived from a policy.
+
+The local launcher applies `deployment_options` to the bound application; the
+Helm chart embeds `serve_config` as the RayService's `serveConfigV2`. Both come
+from here, so the cluster runs exactly what the policy says.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from policies.schema import Policy, Tier
+
+APP_NAME = "thinktier"
+APP_IMPORT_PATH = "deployments.app:build_app"
+INGRESS = "Ingress"
+ROUTER = "Router"
+CLASSIFIER = "DifficultyClassifier"
+GIB = 1 << 30
+
+
+def tier_deployment_name(tier: str) -> str:
+    return f"tier-{tier}"
+
+
+def pool_resource(tier: str) -> str:
+    """Ray custom resource that a tier's worker nodes advertise, so replicas land in the tier's pool."""
+    return f"thinktier-pool-{tier}"
+
+
+def engine_env(tier: Tier) -> dict[str, str]:
+    """Environment for a tier replica's vLLM engine (set before vLLM is imported)."""
+    env = {"VLLM_NO_USAGE_STATS": "1", "VLLM_DO_NOT_TRACK": "1", "TOKENIZERS_PARALLELISM": "false"}
+    if tier.pool.accelerator == "cpu":
+        env |= {
+            "VLLM_TARGET_DEVICE": "cpu",
+            "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+            "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
+            "VLLM_CPU_OMP_THREADS_BIND": tier.engine.cpu_threads or "auto",
+        }
+    return env
+
+
+def _tier_scaling(tier: Tier) -> dict[str, Any]:
+    replicas = tier.replicas
+    if replicas.min == replicas.max:
+        return {"num_replicas": replicas.min}
+    return {
+        "autoscaling_config": {
+            "min_replicas": replicas.min,
+            "max_replicas": replicas.max,
+            "initial_replicas": replicas.initial if replicas.initial is not None else replicas.min,
+            "metrics_interval_s": tier.autoscaling.metrics_interval_s,
+            "upscale_delay_s": tier.autoscaling.upscale_delay_s,
+            "downscale_delay_s": tier.autoscaling.downscale_delay_s,
+            "target_ongoing_requests": tier.autoscaling.target_ongoing_requests,
+        }
+    }
+
+
+def tier_options(name: str, tier: Tier, in_pools: bool) -> dict[str, Any]:
+    """Serve options of one tier's deployment. `in_pools` pins replicas to the tier's pool resource."""
+    actor: dict[str, Any] = {
+        "num_cpus": tier.pool.num_cpus,
+        "memory": int(tier.pool.memory_gib * GIB),
+        "runtime_env": {"env_vars": engine_env(tier)},
+    }
+    if tier.pool.accelerator == "gpu":
+        actor["num_gpus"] = tier.engine.tensor_parallel_size
+        if tier.pool.accelerator_type:
+            actor["accelerator_type"] = tier.pool.accelerator_type
+    if in_pools:
+        actor["resources"] = {pool_resource(name): 1}
+    return {
+        "name": tier_deployment_name(name),
+        "ray_actor_options": actor,
+        "max_ongoing_requests": tier.engine.max_num_seqs * 4,
+        "graceful_shutdown_timeout_s": 5,
+        "health_check_period_s": 10,
+        "health_check_timeout_s": 120,
+        **_tier_scaling(tier),
+    }
+
+
+def deployment_options(policy: Policy, in_pools: bool = False) -> dict[str, dict[str, Any]]:
+    """Serve options of every deployment of the application, by deployment name."""
+    light = {"ray_actor_options": {"num_cpus": 0.05}, "graceful_shutdown_timeout_s": 2}
+    options: dict[str, dict[str, Any]] = {
+        INGRESS: {"name": INGRESS, "max_ongoing_requests": 1024, **light},
+        ROUTER: {"name": ROUTER, "max_ongoing_requests": 1024, **light},
+    }
+    if policy.routing.classifier.enabled:
+        options[CLASSIFIER] = {"name": CLASSIFIER, "max_ongoing_requests": 256, **light}
+    for name, tier in policy.tiers.items():
+        opts = tier_options(name, tier, in_pools)
+        options[opts["name"]] = opts
+    return options
+
+
+def serve_config(policy: Policy, policy_path: str, in_pools: bool = True) -> dict[str, Any]:
+    """A Ray Serve config file (the `serve deploy` / RayService `serveConfigV2` schema) for the policy."""
+    return {
+        "proxy_location": "EveryNode",
+        "http_options": {"host": "0.0.0.0", "port": policy.server.port},
+        "applications": [
+            {
+                "name": APP_NAME,
+                "route_prefix": "/",
+                "import_path": APP_IMPORT_PATH,
+                "args": {"policy_path": policy_path},
+                "deployments": list(deployment_options(policy, in_pools).values()),
+            }
+        ],
+    }

@@ -1,0 +1,30 @@
+"""What a tier replica reports about its engine, to the autoscaler, the request router and Prometheus."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+
+@dataclass(frozen=True)
+class ReplicaStats:
+    """One replica's engine state. Keys of `as_metrics()` are what `record_autoscaling_stats` and
+    `record_routing_stats` return, so the autoscaling policy and request router read them by name."""
+
+    kv_occupancy: float = 0.0
+    """Share of the KV cache in use, 0..1 (vLLM's kv_cache_usage)."""
+    num_running: int = 0
+    num_waiting: int = 0
+    num_stragglers: int = 0
+    """Running requests past the policy's straggler limit (thinking tokens or elapsed time)."""
+    num_long_running: int = 0
+    """Running requests of the hard class (the ones that will grow long)."""
+    num_preemptions_total: int = 0
+
+    def as_metrics(self) -> dict[str, float]:
+        return {k: float(v) for k, v in asdict(self).items()}
+
+    @classmethod
+    def from_metrics(cls, metrics: dict[str, float]) -> ReplicaStats:
+        known = {k: metrics[k] for k in cls.__dataclass_fields__ if k in metrics}
+        ints = {k: int(v) for k, v in known.items() if k != "kv_occupancy"}
+        return cls(kv_occupancy=float(known.get("kv_occupancy", 0.0)), **ints)
