@@ -1,0 +1,91 @@
+"""Replica scoring of the KV-aware request router, and how it reads a request's difficulty."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from cluster.request_router import RouterWeights, difficulty_of, score_replica
+from deployments.engine import TierRequest
+from deployments.replica_stats import ReplicaStats
+
+WEIGHTS = RouterWeights()
+
+
+def best(replicas: dict[str, tuple[ReplicaStats, int]], hard: bool = False) -> str:
+    return min(replicas, key=lambda name: score_replica(*replicas[name], hard=hard, weights=WEIGHTS))
+
+
+def route_burst(stats: dict[str, ReplicaStats], requests: int, hard: bool = False) -> Counter[str]:
+    """Route a burst one request at a time; the engine stats stay as they were (no report arrives
+    during a burst), only the queue lengths grow with what was sent."""
+    queue: Counter[str] = Counter()
+    for _ in range(requests):
+        chosen = best({name: (s, queue[name]) for name, s in stats.items()}, hard)
+        queue[chosen] += 1
+    return queue
+
+
+def test_kv_headroom_wins_at_equal_queue_length():
+    replicas = {"full": (ReplicaStats(kv_occupancy=0.85), 3), "roomy": (ReplicaStats(kv_occupancy=0.3), 3)}
+    assert best(replicas) == "roomy"
+
+
+def test_two_requests_on_a_full_cache_lose_to_twenty_on_an_empty_one():
+    replicas = {"two-long": (ReplicaStats(kv_occupancy=0.98), 2), "twenty-short": (ReplicaStats(kv_occupancy=0.1), 20)}
+    assert best(replicas) == "twenty-short"
+
+
+def test_queue_length_decides_between_equal_replicas():
+    same = ReplicaStats(kv_occupancy=0.4)
+    assert best({"a": (same, 5), "b": (same, 2)}) == "b"
+
+
+def test_burst_spreads_evenly_over_equal_replicas():
+    same = ReplicaStats(kv_occupancy=0.2)
+    assert route_burst({"a": same, "b": same, "c": same}, 30) == {"a": 10, "b": 10, "c": 10}
+
+
+def test_burst_spreads_even_when_one_replica_reported_more_headroom():
+    stats = {"roomy": ReplicaStats(kv_occupancy=0.1), "busy": ReplicaStats(kv_occupancy=0.6)}
+    sent = route_burst(stats, 40)
+    assert sent["roomy"] > sent["busy"] > 10
+
+
+def test_full_replica_is_a_last_resort_not_excluded():
+    full = score_replica(ReplicaStats(kv_occupancy=1.0), 0, hard=False, weights=WEIGHTS)
+    assert full < float("inf")
+    assert best({"full": (ReplicaStats(kv_occupancy=1.0), 0), "busy": (ReplicaStats(kv_occupancy=0.5), 60)}) == "busy"
+
+
+def test_stragglers_push_new_requests_away():
+    replicas = {
+        "stragglers": (ReplicaStats(kv_occupancy=0.4, num_stragglers=3), 4),
+        "clean": (ReplicaStats(kv_occupancy=0.5), 6),
+    }
+    assert best(replicas) == "clean"
+
+
+def test_hard_requests_avoid_replicas_holding_many_long_ones_easy_requests_do_not():
+    replicas = {
+        "long-heavy": (ReplicaStats(kv_occupancy=0.3, num_long_running=4), 4),
+        "short-heavy": (ReplicaStats(kv_occupancy=0.45), 7),
+    }
+    assert best(replicas, hard=True) == "short-heavy"
+    assert best(replicas, hard=False) == "long-heavy"
+
+
+def test_difficulty_is_read_from_the_tier_request_positional_or_keyword():
+    request = TierRequest(request_id="r1", thinking_tokens=64, answer_tokens=64, prompt="x", difficulty="hard")
+    assert difficulty_of([request], {}) == "hard"
+    assert difficulty_of([], {"request": request}) == "hard"
+    assert difficulty_of(["plain prompt"], {"stream": True}) is None
+
+
+def test_weights_from_router_kwargs_name_unknown_keys_and_reject_negatives():
+    assert RouterWeights.from_kwargs({"kv": 4.0}).kv == 4.0
+    with pytest.raises(ValueError, match=r"unknown key\(s\) \['kv_weight'\].*known keys are"):
+        RouterWeights.from_kwargs({"kv_weight": 4.0})
+    with pytest.raises(ValueError, match=r"\['queue'\] must be >= 0"):
+        RouterWeights.from_kwargs({"queue": -1})
