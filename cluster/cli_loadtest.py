@@ -1,0 +1,323 @@
+"""`thinktier loadtest`: measure thinktier, or any OpenAI-compatible endpoint, under realistic reasoning traffic."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from loadtest.client import RequestOptions
+from loadtest.measure import LoadSpec
+from loadtest.runner import RunSettings, Target
+from loadtest.workload import Mix, PromptPool
+from policies.loader import DEFAULT_POLICY, PolicyError, load_policy
+from policies.schema import EFFORTS
+
+DEFAULT_MIX = "easy=0.5,medium=0.3,hard=0.1,chat=0.1"
+SINGLE_POOL_POLICY = Path(__file__).resolve().parent.parent / "policies" / "examples" / "single-pool.yaml"
+
+
+def _rates(text: str) -> tuple[float, ...]:
+    try:
+        rates = tuple(float(r) for r in text.split(",") if r.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--rate {text!r}: expected numbers separated by commas, e.g. 0.5,1,2") from None
+    if not rates or any(r <= 0 for r in rates):
+        raise argparse.ArgumentTypeError(f"--rate {text!r}: every rate must be > 0 requests per second")
+    return rates
+
+
+def _mix(text: str) -> Mix:
+    try:
+        return Mix.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _positive(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be > 0")
+    return value
+
+
+def _add_workload_args(parser: argparse.ArgumentParser) -> None:
+    w = parser.add_argument_group("workload (the same seed gives the same prompts at the same times)")
+    w.add_argument(
+        "--mix",
+        type=_mix,
+        default=Mix.parse(DEFAULT_MIX),
+        metavar="CLASS=W,...",
+        help=f"share of each request class: easy (GSM8K), medium (MATH500), hard (AIME, CNMO), chat "
+        f"(no reasoning needed); weights are normalised (default {DEFAULT_MIX})",
+    )
+    w.add_argument(
+        "--rate",
+        type=_rates,
+        default=(1.0,),
+        metavar="R[,R...]",
+        help="open loop: mean arrival rate, requests/s; several comma-separated rates make a sweep, one run each (default 1)",
+    )
+    w.add_argument(
+        "--shape",
+        type=_positive,
+        default=1.0,
+        help="open loop: Gamma shape of the inter-arrival times: 1 = Poisson, below 1 = burstier "
+        "(CV = 1/sqrt(shape); 0.25 gives CV 2) (default 1)",
+    )
+    w.add_argument(
+        "--duration",
+        type=_positive,
+        default=60.0,
+        metavar="SECONDS",
+        help="open loop: how long requests keep arriving, per rate; the run then waits for the last one (default 60)",
+    )
+    w.add_argument(
+        "--batch-size",
+        type=int,
+        default=None,
+        metavar="N",
+        help="closed loop instead: send N requests at once and wait for the slowest before the next batch "
+        "(exposes stragglers); --rate, --shape and --duration are then ignored",
+    )
+    w.add_argument("--batches", type=int, default=3, metavar="N", help="closed loop: number of batches (default 3)")
+    w.add_argument("--seed", type=int, default=0, help="seed of arrivals and prompt draws (default 0)")
+    w.add_argument(
+        "--languages",
+        default="en",
+        metavar="CODE[,CODE...]",
+        help="languages of the problem sets (ISO 639-1, e.g. en,fr,zh), or 'all' (default en)",
+    )
+    r = parser.add_argument_group("requests")
+    r.add_argument(
+        "--max-tokens",
+        type=int,
+        default=None,
+        help="max_tokens of every request (thinking + answer); unset lets the server decide. Set it when "
+        "measuring a server without thinking budgets, or its reasoning may run to max_model_len",
+    )
+    r.add_argument(
+        "--effort",
+        choices=EFFORTS,
+        default=None,
+        help="send this reasoning_effort with every request (default: none; thinktier decides per prompt)",
+    )
+    r.add_argument("--max-thinking-tokens", type=int, default=None, help="send this max_thinking_tokens with every request")
+    r.add_argument("--temperature", type=float, default=None, help="sampling temperature of every request")
+    r.add_argument(
+        "--api-key-env", default=None, metavar="VAR", help="environment variable holding the API key to send as a Bearer token"
+    )
+    r.add_argument(
+        "--request-timeout",
+        type=_positive,
+        default=600.0,
+        metavar="SECONDS",
+        help="a request not complete after this long counts as an error (default 600)",
+    )
+    o = parser.add_argument_group("output")
+    o.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="folder for report.json, report.md, requests.jsonl and the PNG plots (default loadtest/results/<command>-<time>)",
+    )
+    o.add_argument(
+        "--scrape-interval",
+        type=_positive,
+        default=1.0,
+        metavar="SECONDS",
+        help="how often /metrics is scraped for KV occupancy and stragglers (default 1)",
+    )
+    o.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _spec(args: argparse.Namespace) -> LoadSpec:
+    return LoadSpec(
+        mix=args.mix,
+        rates=args.rate,
+        shape=args.shape,
+        duration_s=args.duration,
+        batch_size=args.batch_size,
+        batches=args.batches,
+        seed=args.seed,
+    )
+
+
+def _options(args: argparse.Namespace, model: str | None) -> RequestOptions:
+    api_key = None
+    if args.api_key_env:
+        api_key = os.environ.get(args.api_key_env)
+        if not api_key:
+            raise SystemExit(f"--api-key-env {args.api_key_env}: that environment variable is not set or empty")
+    return RequestOptions(
+        model=model,
+        max_tokens=args.max_tokens,
+        reasoning_effort=args.effort,
+        max_thinking_tokens=args.max_thinking_tokens,
+        temperature=args.temperature,
+        api_key=api_key,
+    )
+
+
+def _pool(args: argparse.Namespace) -> PromptPool:
+    languages = None if args.languages == "all" else [c.strip() for c in args.languages.split(",") if c.strip()]
+    return PromptPool.builtin(languages)
+
+
+def _settings(args: argparse.Namespace) -> RunSettings:
+    return RunSettings(
+        request_timeout_s=args.request_timeout, scrape_interval_s=args.scrape_interval, progress=not args.no_progress
+    )
+
+
+def _out_dir(args: argparse.Namespace, command: str) -> Path:
+    if args.out is not None:
+        return args.out
+    from datetime import datetime
+
+    return Path("loadtest/results") / f"{command}-{datetime.now():%Y%m%d-%H%M%S}"
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f} s"
+
+
+def _run(args: argparse.Namespace) -> int:
+    from loadtest.measure import measure  # lazily: matplotlib is slow to import
+
+    try:
+        slos = load_policy(args.policy).slos
+    except PolicyError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    target = Target(args.url, options=_options(args, args.model), metrics_url=args.metrics_url)
+    out = _out_dir(args, "run")
+    report, paths = measure(target, _spec(args), _pool(args), slos, out, _settings(args))
+    for run in report.runs:
+        o = run.overall
+        print(
+            f"{run.label}: {o.requests} requests, {o.ok} ok, {o.shed} shed, {o.errors} errors; "
+            f"goodput {run.goodput_rps:.2f} req/s, TPS {run.tps:.1f}, TTFVT p99 {_seconds(o.ttfvt_s.p99)}"
+        )
+    print(f"wrote {len(paths)} files to {out} (start with {out / 'report.md'})")
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from loadtest.compare import CompareTarget, compare  # lazily: matplotlib is slow to import
+
+    try:
+        policy = load_policy(args.policy)
+        load_policy(args.single_pool_policy)
+    except PolicyError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    targets = [
+        CompareTarget("thinktier-tiered", "thinktier", str(args.policy)),
+        CompareTarget("thinktier-single-pool", "thinktier", str(args.single_pool_policy)),
+        CompareTarget(
+            "ray-serve-llm", "ray-serve-llm", str(args.policy), tier=args.ray_llm_tier, cpu_threads=args.ray_llm_cpu_threads
+        ),
+    ]
+    targets = [t for t in targets if t.name not in args.skip]
+    if args.ray_llm_tier is not None and args.ray_llm_tier not in policy.tiers:
+        print(
+            f"--ray-llm-tier {args.ray_llm_tier!r}: no such tier in {args.policy}; tiers are {sorted(policy.tiers)}",
+            file=sys.stderr,
+        )
+        return 2
+    if args.baseline not in [t.name for t in targets]:
+        print(f"--baseline {args.baseline!r} is skipped or unknown; choose one of {[t.name for t in targets]}", file=sys.stderr)
+        return 2
+    out = _out_dir(args, "compare")
+    result = compare(
+        targets,
+        _spec(args),
+        _pool(args),
+        policy.slos,
+        out,
+        args.baseline,
+        _options(args, None),
+        port=args.port,
+        metrics_port=args.metrics_port,
+        settings=_settings(args),
+    )
+    print(f"compared {', '.join(result.targets)} (baseline {result.baseline}); see {out / 'compare.md'}")
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    loadtest = subparsers.add_parser(
+        "loadtest",
+        help="measure thinktier or any OpenAI-compatible endpoint under reasoning traffic",
+        description="Replay realistic reasoning traffic (prompts of graded difficulty plus chat, bursty Gamma arrivals or "
+        "closed-loop batches) and report TTFVT, E2E, TPS, goodput under the policy's SLOs, thinking tokens, "
+        "shed and degraded requests, and KV occupancy and stragglers per tier.",
+    )
+    commands = loadtest.add_subparsers(title="loadtest commands", metavar="COMMAND", required=True)
+
+    run = commands.add_parser(
+        "run",
+        help="load one running endpoint and write a report",
+        description="Send a workload to a running OpenAI-compatible endpoint (streaming /v1/chat/completions), scrape its "
+        "/metrics alongside, and write report.json, report.md, requests.jsonl and PNG plots.",
+    )
+    run.add_argument("--url", required=True, help="base URL of the endpoint, e.g. http://127.0.0.1:8000 (the API is under /v1)")
+    run.add_argument(
+        "--model", default=None, help="'model' to send; unset leaves it out, so thinktier routes by difficulty (peers need it)"
+    )
+    run.add_argument(
+        "--policy",
+        default=str(DEFAULT_POLICY),
+        help=f"policy file whose slos judge goodput (default {DEFAULT_POLICY.name}); chat requests are held to the easy SLO",
+    )
+    run.add_argument("--metrics-url", default=None, help="Prometheus page to scrape (default URL/metrics)")
+    _add_workload_args(run)
+    run.set_defaults(func=_run)
+
+    cmp = commands.add_parser(
+        "compare",
+        help="start thinktier (tiered, single-pool) and Ray Serve LLM in turn and compare them on one workload",
+        description="Start each target on this machine, one after the other, run the same seeded workload against each, "
+        "stop it, and write compare.md / compare.json with every metric side by side as a ratio to the "
+        "baseline, plus a full report per target in a sub-folder. Targets: thinktier-tiered (--policy), "
+        "thinktier-single-pool (--single-pool-policy: one tier, no classifier, no budgets), and "
+        "ray-serve-llm (ray.serve.llm.build_openai_app on the same model and vLLM engine settings as a tier "
+        "of --policy, with a reasoning parser but no budgets, routing or shedding). Each target takes minutes "
+        "to start; run it on a quiet machine.",
+    )
+    cmp.add_argument(
+        "--policy",
+        default=str(DEFAULT_POLICY),
+        help=f"the tiered policy; its slos judge every target (default {DEFAULT_POLICY.name})",
+    )
+    cmp.add_argument(
+        "--single-pool-policy",
+        default=str(SINGLE_POOL_POLICY),
+        help="policy of the single-pool target (default policies/examples/single-pool.yaml)",
+    )
+    cmp.add_argument(
+        "--ray-llm-tier",
+        default=None,
+        help="tier of --policy whose model and engine settings Ray Serve LLM copies (default: the reasoning tier)",
+    )
+    cmp.add_argument(
+        "--ray-llm-cpu-threads",
+        default=f"0-{(os.cpu_count() or 1) - 1}",
+        help="CPU tiers: cores Ray Serve LLM's engine binds to (default all cores, as the whole thinktier deployment uses)",
+    )
+    cmp.add_argument("--baseline", default="ray-serve-llm", help="target the ratios are relative to (default ray-serve-llm)")
+    cmp.add_argument(
+        "--skip",
+        action="append",
+        default=[],
+        metavar="TARGET",
+        choices=["thinktier-tiered", "thinktier-single-pool", "ray-serve-llm"],
+        help="leave a target out (repeatable)",
+    )
+    cmp.add_argument("--port", type=int, default=8000, help="HTTP port each target serves on (default 8000)")
+    cmp.add_argument("--metrics-port", type=int, default=8090, help="Ray metrics export port for Ray Serve LLM (default 8090)")
+    _add_workload_args(cmp)
+    cmp.set_defaults(func=_compare)

@@ -1,0 +1,173 @@
+"""One streaming chat completion through the OpenAI protocol, timed the way a user feels it.
+
+TTFT is the first generated text of any kind (thinking included); TTFVT, the first *visible* token, is
+the first non-empty `content` delta: the thinking a reasoning model streams first (`reasoning`, or its
+deprecated name `reasoning_content`) is not something the user reads as an answer.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from loadtest.workload import WorkItem
+from policies.schema import Effort
+
+DECISION_HEADERS = {
+    "tier": "x-thinktier-tier",
+    "effort": "x-thinktier-effort",
+    "difficulty": "x-thinktier-difficulty",
+    "thinking_budget": "x-thinktier-thinking-budget",
+    "degraded": "x-thinktier-degraded",
+}
+REASONING_FIELDS = ("reasoning", "reasoning_content")
+
+
+@dataclass(frozen=True)
+class RequestOptions:
+    """What every request of a run carries besides its prompt."""
+
+    model: str | None = None
+    """Sent as `model`; None leaves it out (thinktier then routes by difficulty)."""
+    max_tokens: int | None = None
+    reasoning_effort: Effort | None = None
+    max_thinking_tokens: int | None = None
+    temperature: float | None = None
+    api_key: str | None = None
+
+    def body(self, prompt: str) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "messages": [{"role": "user", "content": prompt}],
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        extras = {
+            "model": self.model,
+            "max_tokens": self.max_tokens,
+            "reasoning_effort": self.reasoning_effort,
+            "max_thinking_tokens": self.max_thinking_tokens,
+            "temperature": self.temperature,
+        }
+        body.update({k: v for k, v in extras.items() if v is not None})
+        return body
+
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+
+@dataclass
+class RequestResult:
+    """Everything measured about one request. Times are seconds; `start_s` is the offset from the run's start."""
+
+    index: int
+    request_class: str
+    prompt_id: str
+    start_s: float
+    batch: int | None = None
+    status: int | None = None
+    error: str | None = None
+    ttft_s: float | None = None
+    ttfvt_s: float | None = None
+    e2e_s: float | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    reasoning_tokens: int | None = None
+    retry_after_s: float | None = None
+    decision: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == 200 and self.error is None
+
+    @property
+    def shed(self) -> bool:
+        return self.status == 429
+
+    @property
+    def degraded(self) -> bool:
+        return bool(self.decision.get("degraded"))
+
+    @property
+    def answer_tokens(self) -> int | None:
+        if self.completion_tokens is None:
+            return None
+        return self.completion_tokens - (self.reasoning_tokens or 0)
+
+
+def _delta_text(delta: dict[str, Any], *names: str) -> bool:
+    return any(isinstance(delta.get(n), str) and delta[n] for n in names)
+
+
+class _StreamTimer:
+    """Reads SSE chunks and stamps the first thinking and first answer delta."""
+
+    def __init__(self, result: RequestResult, t0: float) -> None:
+        self.result = result
+        self.t0 = t0
+
+    def chunk(self, data: dict[str, Any], now: float) -> None:
+        result = self.result
+        if "error" in data:
+            error = data["error"]
+            result.error = error.get("message", str(error)) if isinstance(error, dict) else str(error)
+            return
+        for choice in data.get("choices") or []:
+            delta = choice.get("delta") or {}
+            thinking = _delta_text(delta, *REASONING_FIELDS)
+            answer = _delta_text(delta, "content")
+            if (thinking or answer) and result.ttft_s is None:
+                result.ttft_s = now - self.t0
+            if answer and result.ttfvt_s is None:
+                result.ttfvt_s = now - self.t0
+        usage = data.get("usage")
+        if usage:
+            result.prompt_tokens = usage.get("prompt_tokens")
+            result.completion_tokens = usage.get("completion_tokens")
+            details = usage.get("completion_tokens_details") or {}
+            result.reasoning_tokens = details.get("reasoning_tokens")
+
+
+async def send(client: httpx.AsyncClient, url: str, item: WorkItem, options: RequestOptions, run_t0: float) -> RequestResult:
+    """Send one streaming chat completion to `url` (the /v1/chat/completions endpoint) and time it.
+    Never raises for server or network trouble: that is recorded in the result."""
+    t0 = time.perf_counter()
+    result = RequestResult(item.index, item.prompt.request_class, item.prompt.id, t0 - run_t0, batch=item.batch)
+    try:
+        async with client.stream("POST", url, json=options.body(item.prompt.text), headers=options.headers()) as response:
+            result.status = response.status_code
+            result.decision = {k: response.headers[h] for k, h in DECISION_HEADERS.items() if h in response.headers}
+            if response.status_code != 200:
+                await _record_refusal(response, result)
+                return result
+            timer = _StreamTimer(result, t0)
+            async for line in response.aiter_lines():
+                if not line.startswith("data:"):
+                    continue
+                payload = line[5:].strip()
+                if payload == "[DONE]":
+                    break
+                timer.chunk(json.loads(payload), time.perf_counter())
+        result.e2e_s = time.perf_counter() - t0
+    except (httpx.HTTPError, json.JSONDecodeError) as exc:
+        result.error = f"{type(exc).__name__}: {exc}"
+    return result
+
+
+async def _record_refusal(response: httpx.Response, result: RequestResult) -> None:
+    body = (await response.aread()).decode(errors="replace")
+    try:
+        error = json.loads(body).get("error", body)
+        message = error.get("message", str(error)) if isinstance(error, dict) else str(error)
+    except (json.JSONDecodeError, AttributeError):
+        message = body
+    result.error = f"HTTP {response.status_code}: {message[:300]}"
+    retry_after = response.headers.get("retry-after")
+    if retry_after:
+        try:
+            result.retry_after_s = float(retry_after)
+        except ValueError:
+            result.error += f" (unparseable Retry-After {retry_after!r})"

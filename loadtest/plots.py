@@ -1,0 +1,89 @@
+"""PNG plots of a load-test report: latency CDFs per class, KV occupancy and stragglers per tier over
+time, and goodput against offered load (when rates were swept)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only; never needs a display
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from loadtest.report import Report, RunReport
+from loadtest.runner import RunRecord
+
+
+def latency_cdfs(record: RunRecord, path: Path) -> Path:
+    """CDF of TTFVT and E2E per request class, one panel each."""
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for ax, metric, title in ((axes[0], "ttfvt_s", "TTFVT (first answer token)"), (axes[1], "e2e_s", "E2E")):
+        for cls in sorted({r.request_class for r in record.results}):
+            values = np.sort(
+                [v for r in record.results if r.request_class == cls and r.ok and (v := getattr(r, metric)) is not None]
+            )
+            if len(values):
+                ax.step(values, np.arange(1, len(values) + 1) / len(values), where="post", label=f"{cls} (n={len(values)})")
+        ax.set(title=f"{title}, {record.label}", xlabel="seconds", ylabel="share of requests", ylim=(0, 1.02))
+        ax.grid(alpha=0.3)
+        ax.legend(loc="lower right", fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def kv_timeline(run: RunReport, path: Path) -> Path:
+    """KV occupancy (mean over replicas) and stragglers per tier against run time."""
+    fig, (kv_ax, st_ax) = plt.subplots(2, 1, figsize=(10, 6), sharex=True)
+    for tier in sorted({s.tier for s in run.timeline}):
+        samples = [s for s in run.timeline if s.tier == tier]
+        kv = [(s.t_s, s.kv_occupancy_mean) for s in samples if s.kv_occupancy_mean is not None]
+        st = [(s.t_s, s.stragglers) for s in samples if s.stragglers is not None]
+        if kv:
+            kv_ax.plot(*zip(*kv, strict=True), label=tier)
+        if st:
+            st_ax.step(*zip(*st, strict=True), where="post", label=tier)
+    kv_ax.set(title=f"KV cache occupancy per tier, {run.label}", ylabel="occupancy (0..1)", ylim=(0, 1.02))
+    st_ax.set(title="Stragglers per tier", xlabel="seconds since start", ylabel="running stragglers")
+    for ax in (kv_ax, st_ax):
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize="small")
+    if not run.timeline:
+        kv_ax.text(0.5, 0.5, "no tier metrics were scraped", ha="center", va="center", transform=kv_ax.transAxes)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def goodput_vs_load(report: Report, path: Path) -> Path:
+    """Goodput and achieved throughput against offered rate, one point per open-loop run."""
+    runs = sorted((r for r in report.runs if r.offered_rate_rps is not None), key=lambda r: r.offered_rate_rps or 0.0)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    offered = [r.offered_rate_rps for r in runs]
+    ax.plot(offered, [r.achieved_rate_rps for r in runs], "o--", label="achieved req/s")
+    ax.plot(offered, [r.goodput_rps for r in runs], "o-", label="goodput req/s (SLOs met)")
+    top = max([*offered, 0.1])
+    ax.plot([0, top], [0, top], ":", color="grey", label="ideal")
+    ax.set(title="Goodput vs offered load", xlabel="offered req/s", ylabel="req/s")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def write_plots(report: Report, records: list[RunRecord], out_dir: Path) -> list[Path]:
+    paths = []
+    for run, record in zip(report.runs, records, strict=True):
+        slug = run.label.replace("=", "").replace(" ", "_").replace("/", "_")
+        paths.append(latency_cdfs(record, out_dir / f"latency_cdf_{slug}.png"))
+        paths.append(kv_timeline(run, out_dir / f"kv_occupancy_{slug}.png"))
+    if any(r.offered_rate_rps is not None for r in report.runs):
+        paths.append(goodput_vs_load(report, out_dir / "goodput_vs_load.png"))
+    return paths

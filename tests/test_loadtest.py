@@ -1,0 +1,262 @@
+"""The load tester: arrival statistics, the client's timing of a real SSE stream, the report, and a short
+real run against a running thinktier."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from loadtest.client import RequestResult
+from loadtest.measure import LoadSpec, measure
+from loadtest.metrics_scraper import THINKTIER_METRICS, parse_tiers
+from loadtest.report import class_stats
+from loadtest.runner import RunSettings, Target, run_closed_loop
+from loadtest.workload import Mix, Prompt, PromptPool, WorkItem, arrival_times, closed_loop, gamma_interarrivals, open_loop
+from policies.loader import load_policy
+from policies.schema import SLO
+
+# ---- arrivals and mix ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape", [0.25, 0.5, 1.0, 2.0])
+def test_gamma_arrivals_have_the_asked_mean_rate_and_burstiness(shape: float) -> None:
+    rate = 4.0
+    gaps = gamma_interarrivals(np.random.default_rng(7), rate, shape, 40_000)
+    assert 1 / gaps.mean() == pytest.approx(rate, rel=0.03)
+    assert gaps.std() / gaps.mean() == pytest.approx(1 / np.sqrt(shape), rel=0.05)
+
+
+def test_arrivals_cover_the_duration_at_the_rate() -> None:
+    times = arrival_times(np.random.default_rng(1), rate=5.0, shape=0.5, duration_s=2000.0)
+    assert times[0] == 0.0
+    assert np.all(np.diff(times) >= 0)
+    assert times[-1] < 2000.0
+    assert len(times) / 2000.0 == pytest.approx(5.0, rel=0.05)
+
+
+def _pool() -> PromptPool:
+    prompts = {"easy": ["2+2?", "3+5?"], "medium": ["integrate x^2"], "hard": ["prove Fermat"]}
+    pool = PromptPool([], ["hello there", "how are you"])
+    for cls, texts in prompts.items():
+        pool.by_class[cls] = [Prompt(f"{cls}-{i}", t, cls, "test") for i, t in enumerate(texts)]  # type: ignore[index]
+    return pool
+
+
+def test_workload_is_reproducible_and_follows_the_mix() -> None:
+    mix = Mix.parse("easy=5,medium=3,hard=1,chat=1")
+    assert mix.shares == pytest.approx({"easy": 0.5, "medium": 0.3, "hard": 0.1, "chat": 0.1})
+    first = open_loop(_pool(), mix, rate=50.0, shape=0.5, duration_s=200.0, seed=3)
+    again = open_loop(_pool(), mix, rate=50.0, shape=0.5, duration_s=200.0, seed=3)
+    other = open_loop(_pool(), mix, rate=50.0, shape=0.5, duration_s=200.0, seed=4)
+    assert first == again
+    assert first != other
+    counts = {c: sum(i.prompt.request_class == c for i in first) / len(first) for c in mix.shares}
+    assert counts == pytest.approx(mix.shares, abs=0.02)
+
+
+def test_closed_loop_batches_have_the_asked_size() -> None:
+    batches = closed_loop(_pool(), Mix.parse("easy=1,hard=1"), batch_size=4, batches=3, seed=0)
+    assert [len(b) for b in batches] == [4, 4, 4]
+    assert [item.batch for b in batches for item in b] == [0] * 4 + [1] * 4 + [2] * 4
+    assert {item.prompt.request_class for b in batches for item in b} <= {"easy", "hard"}
+
+
+def test_mix_errors_name_the_problem() -> None:
+    with pytest.raises(ValueError, match="CLASS=WEIGHT"):
+        Mix.parse("easy=1,impossible=2")
+    with pytest.raises(ValueError, match="no class a positive weight"):
+        Mix.parse("easy=0")
+    pool = PromptPool([], [])
+    with pytest.raises(ValueError, match=r"no prompts of that class"):
+        pool.draw(np.random.default_rng(0), Mix.parse("chat=1"), 1)
+
+
+def test_builtin_pool_has_every_class() -> None:
+    pool = PromptPool.builtin(["en"])
+    assert all(pool.by_class[c] for c in ("easy", "medium", "hard", "chat"))
+
+
+# ---- the client against a real SSE server -------------------------------------------------------
+
+THINK_DELAY_S = 0.3
+ANSWER_DELAY_S = 0.5
+REASONING_TOKENS = 5
+ANSWER_TOKENS = 3
+
+
+def _chunk(delta: dict[str, str]) -> str:
+    return "data: " + json.dumps({"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta}]}) + "\n\n"
+
+
+async def _stream(field: str, think_delay_s: float) -> AsyncIterator[str]:
+    yield _chunk({"role": "assistant", "content": ""})
+    await asyncio.sleep(think_delay_s)
+    for i in range(REASONING_TOKENS):
+        yield _chunk({field: f"step {i} "})
+    await asyncio.sleep(ANSWER_DELAY_S)
+    for i in range(ANSWER_TOKENS):
+        yield _chunk({"content": f"answer {i} "})
+    usage = {
+        "prompt_tokens": 7,
+        "completion_tokens": REASONING_TOKENS + ANSWER_TOKENS,
+        "completion_tokens_details": {"reasoning_tokens": REASONING_TOKENS},
+    }
+    yield "data: " + json.dumps({"choices": [], "usage": usage}) + "\n\n"
+    yield "data: [DONE]\n\n"
+
+
+async def _completions(request: Request) -> Response:
+    body = await request.json()
+    prompt = body["messages"][-1]["content"]
+    if prompt == "shed me":
+        return JSONResponse(
+            {"error": {"message": "saturated", "type": "rate_limit"}}, status_code=429, headers={"Retry-After": "5"}
+        )
+    field = "reasoning_content" if prompt == "old field" else "reasoning"
+    think_delay = 3 * THINK_DELAY_S if prompt == "slow" else THINK_DELAY_S
+    headers = {"x-thinktier-tier": "reasoning", "x-thinktier-effort": "medium", "x-thinktier-degraded": "budget"}
+    return StreamingResponse(_stream(field, think_delay), media_type="text/event-stream", headers=headers)
+
+
+async def _metrics(request: Request) -> Response:
+    return PlainTextResponse(
+        "# TYPE thinktier_kv_cache_occupancy_ratio gauge\n"
+        'thinktier_kv_cache_occupancy_ratio{tier="reasoning",replica="a"} 0.25\n'
+        'thinktier_kv_cache_occupancy_ratio{tier="reasoning",replica="b"} 0.75\n'
+        "# TYPE thinktier_stragglers gauge\n"
+        'thinktier_stragglers{tier="reasoning"} 2\n'
+    )
+
+
+@pytest.fixture(scope="module")
+def sse_url() -> Iterator[str]:
+    """A real HTTP server (uvicorn) that streams thinking deltas, waits, then answer deltas."""
+    app = Starlette(routes=[Route("/v1/chat/completions", _completions, methods=["POST"]), Route("/metrics", _metrics)])
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.02)
+    yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    server.should_exit = True
+    thread.join(timeout=10)
+
+
+def _items(*texts: str) -> list[WorkItem]:
+    return [WorkItem(i, Prompt(f"p{i}", t, "hard", "test"), batch=0) for i, t in enumerate(texts)]
+
+
+@pytest.mark.parametrize("prompt", ["new field", "old field"])
+def test_ttfvt_is_the_first_answer_delta_not_the_first_thinking_delta(sse_url: str, prompt: str) -> None:
+    record = asyncio.run(run_closed_loop(Target(sse_url), [_items(prompt)], RunSettings(progress=False), "one"))
+    result = record.results[0]
+    assert result.ok, result.error
+    assert THINK_DELAY_S <= result.ttft_s < THINK_DELAY_S + 0.25  # type: ignore[operator]
+    assert result.ttfvt_s >= THINK_DELAY_S + ANSWER_DELAY_S  # type: ignore[operator]
+    assert result.ttfvt_s - result.ttft_s >= ANSWER_DELAY_S - 0.05  # type: ignore[operator]
+    assert result.e2e_s >= result.ttfvt_s  # type: ignore[operator]
+    assert (result.reasoning_tokens, result.answer_tokens) == (REASONING_TOKENS, ANSWER_TOKENS)
+    assert result.decision["tier"] == "reasoning"
+    assert result.degraded
+
+
+def test_a_429_counts_as_shed_with_its_retry_after(sse_url: str) -> None:
+    record = asyncio.run(run_closed_loop(Target(sse_url), [_items("shed me")], RunSettings(progress=False), "shed"))
+    result = record.results[0]
+    assert (result.ok, result.shed, result.retry_after_s) == (False, True, 5.0)
+    assert "saturated" in (result.error or "")
+
+
+def test_closed_loop_report_shows_the_straggler_and_the_scraped_tiers(sse_url: str, tmp_path: Path) -> None:
+    record = asyncio.run(
+        run_closed_loop(
+            Target(sse_url), [_items("fast", "fast", "fast", "slow")], RunSettings(progress=False, scrape_interval_s=0.2), "b"
+        )
+    )
+    from loadtest.report import run_report
+
+    report = run_report(record, load_policy().slos)
+    (batch,) = report.batches
+    assert batch.straggler_ratio is not None and batch.straggler_ratio > 1.3  # the slow request holds the batch
+    (tier,) = report.tiers
+    assert (tier.tier, tier.kv_occupancy_mean, tier.kv_occupancy_max, tier.stragglers_max) == ("reasoning", 0.5, 0.75, 2.0)
+    assert report.overall.degraded == 4
+
+
+# ---- report ------------------------------------------------------------------------------------------
+
+
+def _result(cls: str, ttfvt: float | None, e2e: float | None, status: int = 200) -> RequestResult:
+    return RequestResult(0, cls, "x", 0.0, status=status, ttft_s=ttfvt, ttfvt_s=ttfvt, e2e_s=e2e, completion_tokens=10)
+
+
+def test_goodput_counts_only_requests_within_their_class_slo() -> None:
+    slos = {"easy": SLO(ttfvt_s=1, e2e_s=5), "medium": SLO(ttfvt_s=10, e2e_s=50), "hard": SLO(ttfvt_s=60, e2e_s=100)}
+    results = [
+        _result("easy", 0.5, 4.0),  # met
+        _result("easy", 2.0, 4.0),  # TTFVT too slow for easy
+        _result("chat", 3.0, 4.0),  # chat is held to easy: missed
+        _result("medium", 3.0, 40.0),  # met
+        _result("hard", None, 30.0),  # no answer token: missed
+        _result("hard", None, None, status=429),  # shed
+    ]
+    stats = class_stats(results, slos, duration_s=2.0)
+    assert (stats.slo_met, stats.goodput_rps, stats.shed, stats.errors, stats.no_answer) == (2, 1.0, 1, 0, 1)
+    assert stats.slo_attainment == pytest.approx(2 / 6)
+
+
+def test_metrics_parser_groups_replicas_by_tier() -> None:
+    text = (
+        'thinktier_kv_cache_occupancy_ratio{tier="chat",replica="1"} 0.1\n'
+        'thinktier_kv_cache_occupancy_ratio{tier="reasoning",replica="1"} 0.9\n'
+        'thinktier_kv_cache_occupancy_ratio{tier="reasoning",replica="2"} 0.5\n'
+        'thinktier_stragglers{tier="reasoning"} 3\n'
+    )
+    samples = {s.tier: s for s in parse_tiers(text, THINKTIER_METRICS, t_s=1.0)}
+    assert samples["reasoning"].kv_occupancy_mean == pytest.approx(0.7)
+    assert (samples["reasoning"].replicas, samples["reasoning"].stragglers) == (2, 3.0)
+    assert (samples["chat"].kv_occupancy_max, samples["chat"].stragglers) == (0.1, None)
+
+
+# ---- a short real run --------------------------------------------------------------------------------
+
+
+@pytest.mark.integration
+def test_report_from_a_short_real_run(serving_url: str, tmp_path: Path) -> None:
+    """~20 s of Poisson load with every class against a real thinktier; the report must show it."""
+    spec = LoadSpec(mix=Mix.parse("easy=0.4,medium=0.2,hard=0.2,chat=0.2"), rates=(0.5,), duration_s=20.0, seed=11)
+    report, paths = measure(
+        Target(serving_url),
+        spec,
+        PromptPool.builtin(["en"]),
+        load_policy().slos,
+        tmp_path,
+        RunSettings(progress=False, request_timeout_s=120),
+    )
+    (run,) = report.runs
+    sent = len(open_loop(PromptPool.builtin(["en"]), spec.mix, 0.5, 1.0, 20.0, 11))
+    assert run.overall.requests == sent
+    assert run.overall.ok + run.overall.shed == sent, [r for r in (tmp_path / "requests.jsonl").read_text().splitlines()]
+    assert run.overall.e2e_s.count == run.overall.ok
+    assert run.overall.ttfvt_s.p50 is not None and run.tps > 0
+    assert sum(c.requests for c in run.classes.values()) == sent
+    assert run.overall.tiers, "no x-thinktier-tier headers seen"
+    assert run.tiers, f"no tier metrics scraped from /metrics: {run.scrape_last_error}"
+    assert {p.name for p in paths} >= {"report.json", "report.md", "requests.jsonl", "goodput_vs_load.png"}
+    assert "## rate=0.5" in (tmp_path / "report.md").read_text()
+    assert all(p.stat().st_size > 0 for p in paths)
