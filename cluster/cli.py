@@ -10,6 +10,7 @@ import sys
 COMMAND_MODULES = (
     "cluster.cli_up",
     "cluster.cli_policy",
+    "cluster.cli_loadtest",
 )
 
 
