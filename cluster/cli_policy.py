@@ -58,18 +58,28 @@ def _schema(args: argparse.Namespace) -> int:
 
 
 def _apply(args: argparse.Namespace) -> int:
+    # Imported here: the kubernetes client is slow to import and only this command needs it.
+    from kubernetes.client.exceptions import ApiException
+    from kubernetes.config import ConfigException
+
+    from cluster.kube import apply_policy, core_api
+
+    target = f"configmap {args.namespace}/{args.configmap} key {args.key}"
     try:
-        load_policy(args.file)
+        api = core_api(args.context) if args.context else None  # None: apply_policy validates before connecting
+        outcome = apply_policy(args.file, configmap=args.configmap, namespace=args.namespace, key=args.key, api=api)
     except PolicyError as exc:
         for problem in exc.problems:
             print(problem)
         print(f"{args.file}: not applied: {_count(len(exc.problems), 'problem')}", file=sys.stderr)
         return 1
-    from cluster.kube import apply_policy, core_api  # lazily: the kubernetes client is slow to import
-
-    api = core_api(context=args.context)
-    apply_policy(args.file, configmap=args.configmap, namespace=args.namespace, key=args.key, api=api)
-    print(f"{args.file}: applied to configmap {args.namespace}/{args.configmap} key {args.key}")
+    except ConfigException as exc:
+        print(f"no Kubernetes credentials: {exc}; pass --context or run inside the cluster", file=sys.stderr)
+        return 1
+    except ApiException as exc:
+        print(f"{target}: Kubernetes API refused: {exc.status} {exc.reason}", file=sys.stderr)
+        return 1
+    print(f"{args.file}: {outcome} {target}")
     return 0
 
 
