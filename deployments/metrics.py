@@ -1,0 +1,76 @@
+"""Prometheus metrics of the service, served by the ingress at /metrics.
+
+Request-level metrics are observed by the ingress, which sees every stream from start
+to end. Engine-level figures (KV occupancy, running/waiting, stragglers, preemptions)
+are pushed by the tier replicas to the router; the ingress reads them at scrape time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from deployments.replica_stats import ReplicaStats
+
+LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 60, 120, 300)
+TOKEN_BUCKETS = (0, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
+PREFIX = "thinktier_"
+
+
+class ServiceMetrics:
+    def __init__(self, replica_stats: Callable[[], dict[str, dict[str, ReplicaStats]]]) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(f"{PREFIX}requests", "Requests by tier and outcome.", ["tier", "outcome"], registry=r)
+        self.decisions = Counter(
+            f"{PREFIX}routing_decisions", "Routing decisions by tier, effort and reason.", ["tier", "effort", "reason"], registry=r
+        )
+        self.degraded = Counter(f"{PREFIX}degraded_requests", "Requests served degraded, by mode.", ["mode"], registry=r)
+        self.ttft = Histogram(
+            f"{PREFIX}time_to_first_token_seconds", "Time to the first token (thinking or answer).", ["tier"],
+            buckets=LATENCY_BUCKETS, registry=r,
+        )
+        self.ttfvt = Histogram(
+            f"{PREFIX}time_to_first_visible_token_seconds", "Time to the first answer token.", ["tier"],
+            buckets=LATENCY_BUCKETS, registry=r,
+        )
+        self.e2e = Histogram(
+            f"{PREFIX}request_duration_seconds", "Request start to last token.", ["tier"], buckets=LATENCY_BUCKETS, registry=r
+        )
+        self.thinking_tokens = Histogram(
+            f"{PREFIX}request_thinking_tokens", "Thinking tokens per request.", ["tier"], buckets=TOKEN_BUCKETS, registry=r
+        )
+        self.answer_tokens = Histogram(
+            f"{PREFIX}request_answer_tokens", "Answer tokens per request.", ["tier"], buckets=TOKEN_BUCKETS, registry=r
+        )
+        self.budget_forced = Counter(
+            f"{PREFIX}budget_forced_endings", "Requests whose thinking was closed by the budget.", ["tier"], registry=r
+        )
+        r.register(_EngineCollector(replica_stats))
+
+
+class _EngineCollector(Collector):
+    """Per-replica engine figures, read from the router's latest reports at scrape time."""
+
+    def __init__(self, replica_stats: Callable[[], dict[str, dict[str, ReplicaStats]]]) -> None:
+        self._replica_stats = replica_stats
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        labels = ["tier", "replica"]
+        kv = GaugeMetricFamily(f"{PREFIX}kv_cache_occupancy_ratio", "Share of the replica's KV cache in use.", labels=labels)
+        running = GaugeMetricFamily(f"{PREFIX}requests_running", "Requests decoding on the replica.", labels=labels)
+        waiting = GaugeMetricFamily(f"{PREFIX}requests_waiting", "Requests queued in the replica's engine.", labels=labels)
+        stragglers = GaugeMetricFamily(f"{PREFIX}stragglers", "Running requests past the straggler limit.", labels=labels)
+        preemptions = CounterMetricFamily(f"{PREFIX}preemptions", "Engine preemptions on the replica.", labels=labels)
+        for tier, replicas in self._replica_stats().items():
+            for replica, stats in replicas.items():
+                key = [tier, replica]
+                kv.add_metric(key, stats.kv_occupancy)
+                running.add_metric(key, stats.num_running)
+                waiting.add_metric(key, stats.num_waiting)
+                stragglers.add_metric(key, stats.num_stragglers)
+                preemptions.add_metric(key, stats.num_preemptions_total)
+        yield from (kv, running, waiting, stragglers, preemptions)

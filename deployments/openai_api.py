@@ -1,0 +1,190 @@
+"""OpenAI wire shapes: validated requests in, completion objects, SSE chunks and error bodies out."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from deployments.engine import TierChunk
+from policies.schema import Effort
+
+
+class OpenAIRequest(BaseModel):
+    """Fields both routes share. Unknown OpenAI fields are accepted and ignored, as vLLM's server does."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    model: str = Field(min_length=1)
+    stream: bool = False
+    stream_options: dict[str, bool] | None = None
+    max_tokens: int | None = Field(None, ge=1, description="Cap on answer (visible) tokens, clipped to the policy.")
+    temperature: float = Field(0.7, ge=0, le=2)
+    top_p: float = Field(1.0, gt=0, le=1)
+    n: int = Field(1, ge=1, le=1, description="One choice per request; self-consistency samples come from the policy.")
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    reasoning_effort: Effort | None = None
+    max_thinking_tokens: int | None = Field(None, ge=0, description="thinktier: cap on thinking tokens, clipped to the policy.")
+    user: str | None = None
+
+    @property
+    def include_usage(self) -> bool:
+        return bool(self.stream_options and self.stream_options.get("include_usage"))
+
+    @property
+    def stop_list(self) -> tuple[str, ...]:
+        if self.stop is None:
+            return ()
+        return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
+
+
+class TextPart(BaseModel):
+    type: Literal["text"]
+    text: str
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    role: Literal["system", "developer", "user", "assistant"]
+    content: str | list[TextPart]
+
+    def text(self) -> str:
+        return self.content if isinstance(self.content, str) else "".join(p.text for p in self.content)
+
+
+class ChatCompletionRequest(OpenAIRequest):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+
+    @property
+    def answer_cap(self) -> int | None:
+        return self.max_completion_tokens or self.max_tokens
+
+    def prompt_text(self) -> str:
+        """The last user message: what the difficulty classifier reads."""
+        users = [m.text() for m in self.messages if m.role == "user"]
+        return users[-1] if users else self.messages[-1].text()
+
+    def message_dicts(self) -> tuple[dict[str, str], ...]:
+        return tuple({"role": "system" if m.role == "developer" else m.role, "content": m.text()} for m in self.messages)
+
+
+class CompletionRequest(OpenAIRequest):
+    prompt: str | list[str]
+    max_tokens: int | None = Field(16, ge=1)
+
+    @field_validator("prompt")
+    @classmethod
+    def _one_prompt(cls, prompt: str | list[str]) -> str | list[str]:
+        if isinstance(prompt, list) and len(prompt) != 1:
+            raise ValueError("exactly one prompt per request is supported; send a list of prompts as separate requests")
+        return prompt
+
+    @property
+    def answer_cap(self) -> int | None:
+        return self.max_tokens
+
+    def prompt_text(self) -> str:
+        return self.prompt if isinstance(self.prompt, str) else self.prompt[0]
+
+
+class APIError(Exception):
+    """An error with its HTTP status and OpenAI error body."""
+
+    def __init__(
+        self, status: int, message: str, type_: str = "invalid_request_error", param: str | None = None,
+        code: str | None = None, headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.body = {"error": {"message": message, "type": type_, "param": param, "code": code}}
+        self.headers = headers or {}
+
+
+def parse_request(raw: bytes, model: type[OpenAIRequest]) -> Any:
+    """Validate a request body; a precise 400 naming the field otherwise."""
+    try:
+        data = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise APIError(400, f"request body is not valid JSON: {exc}", code="invalid_json") from None
+    if not isinstance(data, dict):
+        raise APIError(400, "request body must be a JSON object", code="invalid_json")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        param = ".".join(str(p) for p in first["loc"])
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
+        raise APIError(400, f"invalid request: {problems}", param=param, code="invalid_value") from None
+
+
+def usage(chunk: TierChunk) -> dict[str, Any]:
+    completion = chunk.reasoning_tokens + chunk.answer_tokens
+    return {
+        "prompt_tokens": chunk.prompt_tokens,
+        "completion_tokens": completion,
+        "total_tokens": chunk.prompt_tokens + completion,
+        "completion_tokens_details": {"reasoning_tokens": chunk.reasoning_tokens},
+    }
+
+
+def chat_completion(request_id: str, model: str, whole: TierChunk) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": whole.content}
+    if whole.reasoning or whole.reasoning_tokens:
+        message["reasoning"] = message["reasoning_content"] = whole.reasoning
+    return {
+        "id": request_id,
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [{"index": 0, "message": message, "finish_reason": whole.finish_reason, "logprobs": None}],
+        "usage": usage(whole),
+    }
+
+
+def text_completion(request_id: str, model: str, whole: TierChunk) -> dict[str, Any]:
+    choice: dict[str, Any] = {"index": 0, "text": whole.content, "finish_reason": whole.finish_reason, "logprobs": None}
+    if whole.reasoning or whole.reasoning_tokens:
+        choice["reasoning"] = choice["reasoning_content"] = whole.reasoning
+    return {
+        "id": request_id,
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [choice],
+        "usage": usage(whole),
+    }
+
+
+def sse(data: dict[str, Any] | str) -> str:
+    return f"data: {data if isinstance(data, str) else json.dumps(data)}\n\n"
+
+
+def chat_chunk(request_id: str, model: str, delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+    return {
+        "id": request_id,
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}],
+    }
+
+
+def text_chunk(request_id: str, model: str, chunk: TierChunk) -> dict[str, Any]:
+    choice: dict[str, Any] = {"index": 0, "text": chunk.content, "finish_reason": chunk.finish_reason, "logprobs": None}
+    if chunk.reasoning:
+        choice["reasoning"] = choice["reasoning_content"] = chunk.reasoning
+    return {"id": request_id, "object": "text_completion", "created": int(time.time()), "model": model, "choices": [choice]}
+
+
+def chat_delta(chunk: TierChunk) -> dict[str, Any]:
+    delta: dict[str, Any] = {}
+    if chunk.reasoning:
+        delta["reasoning"] = delta["reasoning_content"] = chunk.reasoning
+    if chunk.content:
+        delta["content"] = chunk.content
+    return delta

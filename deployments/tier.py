@@ -1,0 +1,47 @@
+"""Ray Serve deployment of one tier: a TierEngine per replica, reporting its load."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+from ray import serve
+from ray.serve.handle import DeploymentHandle
+
+from deployments.engine import TierChunk, TierEngine, TierRequest
+from policies.schema import Tier
+
+
+@serve.deployment
+class TierReplica:
+    """One vLLM engine; streams TierChunks and pushes ReplicaStats to the router every interval."""
+
+    async def __init__(self, name: str, tier: Tier, router: DeploymentHandle) -> None:
+        self.name = name
+        self.engine = TierEngine(name, tier)
+        self._router = router
+        self._replica = serve.get_replica_context().replica_id.unique_id
+        self._interval_s = tier.autoscaling.metrics_interval_s
+        await self.engine.warmup()  # the replica counts as started (and the tier as ready) once it has decoded
+        self._reporter = asyncio.get_running_loop().create_task(self._report_forever())
+
+    async def _report_forever(self) -> None:
+        while True:
+            with contextlib.suppress(Exception):  # the router may be restarting; the next report catches up
+                await self._router.report.remote(self.name, self._replica, self.engine.stats())
+            await asyncio.sleep(self._interval_s)
+
+    async def generate(self, request: TierRequest) -> AsyncIterator[TierChunk]:
+        async for chunk in self.engine.generate(request):
+            yield chunk
+
+    def record_autoscaling_stats(self) -> dict[str, float]:
+        return self.engine.stats().as_metrics()
+
+    def record_routing_stats(self) -> dict[str, float]:
+        return self.engine.stats().as_metrics()
+
+    def __del__(self) -> None:
+        self._reporter.cancel()
+        self.engine.shutdown()
