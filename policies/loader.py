@@ -224,9 +224,9 @@ def _other_message(err: ErrorDetails, loc: Loc) -> str | None:
         return f"{err['input']!r} is not one of {ctx['expected']}"
     if err["type"] == "int_from_float":
         return f"must be a whole number, got {err['input']!r}"
-    if err["type"] == "string_pattern_mismatch":
+    if err["type"] == "string_pattern_mismatch":  # the value is not echoed: it may be a secret pasted in by mistake
         description = _description(loc)
-        return f"{err['input']!r} does not match {ctx['pattern']}" + (f" ({description})" if description else "")
+        return f"must match {ctx['pattern']}" + (f" ({description})" if description else "")
     if err["type"] == "value_error":
         return err["msg"].removeprefix("Value error, ")
     return None
