@@ -255,7 +255,10 @@ def _default_slos() -> dict[DifficultyClass, SLO]:
 
 
 class Tenant(StrictModel):
-    api_key_env: str = Field(description="Environment variable holding the tenant's API key (never the key itself).")
+    api_key_env: str = Field(
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description="Environment variable holding the tenant's API key (never the key itself).",
+    )
     max_concurrent_requests: int = Field(64, ge=1, description="Requests in flight at once; beyond, 429.")
     max_effort: Effort = Field("high", description="Highest effort the tenant may ask for.")
 

@@ -128,6 +128,15 @@ def test_section_of_wrong_kind() -> None:
     ]
 
 
+def test_api_key_pasted_instead_of_an_env_var_name_is_refused_without_echoing_it() -> None:
+    [problem] = problems(edit("api_key_env: THINKTIER_KEY_ACME", "api_key_env: sk-live-7f3a9c"))
+    assert problem == (
+        "p.yaml:29:23: tenants.acme.api_key_env: must match ^[A-Za-z_][A-Za-z0-9_]*$ "
+        "(Environment variable holding the tenant's API key (never the key itself).)"
+    )
+    assert "sk-live" not in problem
+
+
 # --- cross-field checks, located at the field they are about -------------------------------------
 
 
