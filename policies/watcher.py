@@ -149,6 +149,9 @@ class PolicyWatcher:
         self.on_change = on_change
         self.interval_s = interval_s
         self.last_error: str | None = None
+        # This watcher's own counts, for a process whose default prometheus registry is not scraped
+        # (a Serve replica): its owner can report them to whoever serves /metrics.
+        self.reloads: dict[Outcome, int] = dict.fromkeys(OUTCOMES, 0)
         self._seen: str | None = None
         if policy is None:
             text = self.path.read_text()
@@ -188,8 +191,7 @@ class PolicyWatcher:
                 "redeploy to apply this policy (the previous one keeps serving)"
             )
             log.warning("policy %s: %s", self.path, self.last_error)
-            RELOADS.labels("needs_redeploy").inc()
-            return "needs_redeploy"
+            return self._count("needs_redeploy")
         try:
             self.on_change(new, change)
         except Exception as exc:
@@ -198,14 +200,17 @@ class PolicyWatcher:
         self.current = new
         self.last_error = None
         log.info("policy %s: applied (%s)", self.path, change)
-        RELOADS.labels("applied").inc()
-        return "applied"
+        return self._count("applied")
 
     def _reject(self, error: str) -> Outcome:
         self.last_error = error
         log.error("policy %s rejected, the last good policy keeps serving: %s", self.path, error)
-        RELOADS.labels("rejected").inc()
-        return "rejected"
+        return self._count("rejected")
+
+    def _count(self, outcome: Outcome) -> Outcome:
+        RELOADS.labels(outcome).inc()
+        self.reloads[outcome] += 1
+        return outcome
 
     def _poll_logged(self) -> None:
         try:

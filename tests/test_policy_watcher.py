@@ -85,6 +85,7 @@ def test_live_change_through_a_symlink_swap_is_applied(volume: ConfigMapVolume) 
     assert watcher.current is policy and watcher.last_error is None
     assert reloads("applied") == before + 1
     assert watcher.poll() is None  # the same content is not applied twice
+    assert watcher.reloads == {"applied": 1, "rejected": 0, "needs_redeploy": 0}
 
 
 def test_bad_edit_is_rejected_and_the_last_good_policy_keeps_serving(volume: ConfigMapVolume, caplog) -> None:
@@ -123,6 +124,7 @@ def test_change_needing_new_engines_is_reported_and_nothing_of_it_applied(volume
     assert "tiers.reasoning.engine.max_num_seqs" in watcher.last_error and "redeploy" in watcher.last_error
     assert "tiers.reasoning.engine.max_num_seqs" in caplog.text
     assert reloads("needs_redeploy") == before + 1
+    assert watcher.reloads == {"applied": 0, "rejected": 0, "needs_redeploy": 1}
 
     volume.update(DEFAULT)  # reverted: nothing to do, and no error left standing
     assert watcher.poll() is None and watcher.last_error is None
