@@ -11,6 +11,7 @@ COMMAND_MODULES = (
     "cluster.cli_up",
     "cluster.cli_policy",
     "cluster.cli_loadtest",
+    "cluster.cli_helm",
 )
 
 

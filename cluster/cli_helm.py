@@ -1,0 +1,63 @@
+"""`thinktier helm values`: the Helm values that come from a policy."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from cluster.helm_values import HelmValuesError, render_helm_values
+from policies.loader import PolicyError
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    helm = subparsers.add_parser(
+        "helm",
+        help="Helm chart helpers.",
+        description="Helpers for the Helm chart in helm/thinktier.",
+    )
+    commands = helm.add_subparsers(title="helm commands", metavar="COMMAND", required=True)
+    values = commands.add_parser(
+        "values",
+        help="Write the chart values derived from a policy.",
+        description=(
+            "Validate a policy and write the Helm values derived from it: the policy text for the ConfigMap, "
+            "the RayService serveConfigV2, and one Ray worker group per tier (node pool, GPUs, CPUs, memory, "
+            "min/max replicas). Pass the output to helm before your own values: "
+            "helm upgrade --install thinktier helm/thinktier -f generated.yaml -f my-values.yaml"
+        ),
+    )
+    values.add_argument("--policy", required=True, type=Path, help="Policy YAML file to derive the values from.")
+    values.add_argument("--output", "-o", type=Path, help="Write to this file instead of standard output.")
+    values.add_argument(
+        "--check",
+        action="store_true",
+        help="Do not write; exit 1 when --output differs from what the policy generates (for CI).",
+    )
+    values.set_defaults(func=run_values)
+
+
+def run_values(args: argparse.Namespace) -> int:
+    try:
+        text = render_helm_values(args.policy)
+    except (PolicyError, HelmValuesError) as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    if args.check:
+        if args.output is None:
+            print("--check needs --output: the generated file to compare with", file=sys.stderr)
+            return 2
+        current = args.output.read_text() if args.output.exists() else ""
+        if current != text:
+            print(
+                f"{args.output} is out of date with {args.policy}; "
+                f"run: thinktier helm values --policy {args.policy} --output {args.output}",
+                file=sys.stderr,
+            )
+            return 1
+        return 0
+    if args.output is None:
+        sys.stdout.write(text)
+    else:
+        args.output.write_text(text)
+    return 0

