@@ -58,12 +58,7 @@ def _build_smollm2(dest: Path) -> None:
 
 
 def _tiny_corpus() -> list[str]:
-    words = (
-        "the a of to and in is it that for on with as was at by be this are or from an which one you all "
-        "think answer question number sum product prime square root equal plus minus times divide step so "
-        "first then next finally because therefore let we find solve check result value problem math hello "
-        "world please rewrite sentence short what who when where why how many much years days apples cost"
-    ).split()
+    words = ["the", "a", "of", "to", "and", "in", "is", "it", "that", "for", "on", "with", "as", "was", "at", "by", "be", "this", "are", "or", "from", "an", "which", "one", "you", "all", "think", "answer", "question", "number", "sum", "product", "prime", "square", "root", "equal", "plus", "minus", "times", "divide", "step", "so", "first", "then", "next", "finally", "because", "therefore", "let", "we", "find", "solve", "check", "result", "value", "problem", "math", "hello", "world", "please", "rewrite", "sentence", "short", "what", "who", "when", "where", "why", "how", "many", "much", "years", "days", "apples", "cost"]
     digits = [str(i) for i in range(200)]
     lines = []
     for i in range(400):

@@ -26,7 +26,8 @@ class ServiceMetrics:
         r = self.registry
         self.requests = Counter(f"{PREFIX}requests", "Requests by tier and outcome.", ["tier", "outcome"], registry=r)
         self.decisions = Counter(
-            f"{PREFIX}routing_decisions", "Routing decisions by tier, effort and reason.", ["tier", "effort", "reason"], registry=r
+            f"{PREFIX}routing_decisions", "Routing decisions by tier, effort and reason.", ["tier", "effort", "reason"],
+            registry=r,
         )
         self.degraded = Counter(f"{PREFIX}degraded_requests", "Requests served degraded, by mode.", ["mode"], registry=r)
         self.ttft = Histogram(

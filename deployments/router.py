@@ -38,7 +38,8 @@ class Router:
         now = time.monotonic()
         loads = {}
         for tier, replicas in self._stats.items():
-            ttl = STALE_AFTER_INTERVALS * self.policy.tiers[tier].autoscaling.metrics_interval_s if tier in self.policy.tiers else 0
+            known = tier in self.policy.tiers
+            ttl = STALE_AFTER_INTERVALS * self.policy.tiers[tier].autoscaling.metrics_interval_s if known else 0
             live = {r: s for r, (t, s) in replicas.items() if now - t <= ttl}
             self._stats[tier] = {r: replicas[r] for r in live}
             loads[tier] = TierLoad(tuple(live.values()))

@@ -50,7 +50,7 @@ class EngineArgs(StrictModel):
     """vLLM engine arguments for every replica of a tier."""
 
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field("auto", description="Weight and activation dtype.")
-    max_model_len: int = Field(4096, ge=64, description="Longest prompt + output a request may have, tokens.")
+    max_model_len: int = Field(8192, ge=64, description="Longest prompt + output a request may have, tokens.")
     max_num_seqs: int = Field(64, ge=1, description="Most requests decoded together in one step.")
     max_num_batched_tokens: int | None = Field(None, ge=64, description="Token budget of one scheduler step.")
     kv_cache_dtype: KVCacheDType = Field("auto", description="KV cache dtype; fp8 doubles KV capacity on GPUs.")

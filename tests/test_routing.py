@@ -1,0 +1,74 @@
+"""The router's decision: thresholds, clipping, priorities and degradation, exactly as the policy says."""
+
+from __future__ import annotations
+
+import pytest
+
+from deployments.decision import DifficultyScore, RoutingRequest
+from deployments.replica_stats import ReplicaStats
+from deployments.routing import Overloaded, TierLoad, decide
+from policies.loader import load_policy
+
+POLICY = load_policy()  # the embedded default: thresholds 0.3 / 0.55 / 0.8
+BUDGETS = POLICY.tiers["reasoning"].budgets
+FULL = TierLoad((ReplicaStats(kv_occupancy=0.99),))
+IDLE = TierLoad((ReplicaStats(kv_occupancy=0.1),))
+
+
+def score(value: float) -> DifficultyScore:
+    label = "hard" if value >= 0.8 else "medium" if value >= 0.55 else "easy"
+    return DifficultyScore(value, {"easy": 0.0, "medium": 0.0, "hard": 0.0} | {label: 1.0}, "test")
+
+
+@pytest.mark.parametrize(
+    ("value", "tier", "effort"),
+    [(0.0, "chat", "low"), (0.29, "chat", "low"), (0.3, "reasoning", "low"), (0.549, "reasoning", "low"),
+     (0.55, "reasoning", "medium"), (0.8, "reasoning", "high"), (1.0, "reasoning", "high")],
+)
+def test_thresholds_map_score_to_tier_and_effort(value: float, tier: str, effort: str) -> None:
+    decision = decide(POLICY, RoutingRequest(prompt="p"), score(value), {})
+    assert (decision.tier, decision.effort, decision.reason) == (tier, effort, "classifier")
+    assert decision.thinking_tokens == POLICY.tiers[tier].budgets[effort].thinking_tokens
+
+
+def test_request_caps_clip_the_budget_but_never_raise_it() -> None:
+    request = RoutingRequest(prompt="p", reasoning_effort="high", max_thinking_tokens=10, max_answer_tokens=5)
+    lower = decide(POLICY, request, None, {})
+    assert (lower.thinking_tokens, lower.answer_tokens) == (10, 5)
+    higher = decide(POLICY, RoutingRequest(prompt="p", reasoning_effort="low", max_thinking_tokens=10**6), None, {})
+    assert higher.thinking_tokens == BUDGETS["low"].thinking_tokens
+    assert higher.reason == "request_effort"
+
+
+def test_model_name_picks_the_tier_and_default_effort_applies() -> None:
+    decision = decide(POLICY, RoutingRequest(prompt="p", model="thinktier-chat"), score(0.99), {})
+    assert (decision.tier, decision.reason, decision.thinking_tokens) == ("chat", "model", 0)
+    default = decide(POLICY, RoutingRequest(prompt="p"), None, {})
+    assert (default.tier, default.effort, default.reason) == ("reasoning", "medium", "default")
+
+
+def test_hard_requests_get_the_lower_vllm_priority() -> None:
+    easy = decide(POLICY, RoutingRequest(prompt="p"), score(0.35), {})
+    hard = decide(POLICY, RoutingRequest(prompt="p"), score(0.95), {})
+    assert hard.priority > easy.priority  # vLLM schedules lower values first and preempts higher ones first
+    assert (easy.difficulty, hard.difficulty) == ("easy", "hard")
+
+
+def test_saturated_reasoning_tier_shrinks_budget_then_falls_back_to_chat_then_sheds() -> None:
+    request = RoutingRequest(prompt="p", reasoning_effort="high")
+    shrunk = decide(POLICY, request, None, {"reasoning": FULL, "chat": IDLE})
+    assert (shrunk.tier, shrunk.effort, shrunk.degraded) == ("reasoning", "low", "budget:low")
+    assert shrunk.thinking_tokens == BUDGETS["low"].thinking_tokens
+    low = RoutingRequest(prompt="p", reasoning_effort="low")
+    fallback = decide(POLICY, low, None, {"reasoning": FULL, "chat": IDLE})
+    assert (fallback.tier, fallback.thinking_tokens, fallback.degraded) == ("chat", 0, "chat")
+    assert fallback.headers()["x-thinktier-degraded"] == "chat"
+    with pytest.raises(Overloaded) as shed:
+        decide(POLICY, low, None, {"reasoning": FULL, "chat": FULL})
+    assert shed.value.retry_after_s == POLICY.degradation.retry_after_s
+
+
+def test_one_idle_replica_means_not_saturated() -> None:
+    mixed = TierLoad((ReplicaStats(kv_occupancy=0.99), ReplicaStats(kv_occupancy=0.2)))
+    decision = decide(POLICY, RoutingRequest(prompt="p", reasoning_effort="high"), None, {"reasoning": mixed})
+    assert decision.degraded is None and decision.effort == "high"

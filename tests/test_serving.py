@@ -1,0 +1,151 @@
+"""The serving path over real HTTP: real Ray Serve, real vLLM engines on the tiny model (tests/policies/tiny.yaml)."""
+
+from __future__ import annotations
+
+import httpx
+import openai
+import pytest
+
+from policies.loader import load_policy
+from tests.conftest import TINY_POLICY
+
+pytestmark = pytest.mark.integration
+POLICY = load_policy(TINY_POLICY)
+HIGH = POLICY.tiers["reasoning"].budgets["high"]
+QUESTION = [{"role": "user", "content": "what is the sum of 17 and 25"}]
+
+
+def chat(url: str, **body: object) -> httpx.Response:
+    payload = {"model": "thinktier", "messages": QUESTION, "seed": 7, **body}
+    return httpx.post(f"{url}/v1/chat/completions", json=payload, timeout=120)
+
+
+def test_thinking_cap_gives_bounded_reasoning_then_an_answer(serving_url: str) -> None:
+    response = chat(serving_url, max_thinking_tokens=6, reasoning_effort="high")
+    assert response.status_code == 200, response.text
+    body = response.json()
+    message = body["choices"][0]["message"]
+    usage = body["usage"]
+    assert 0 < usage["completion_tokens_details"]["reasoning_tokens"] <= 6
+    assert message["reasoning"] and message["reasoning"] == message["reasoning_content"]
+    assert message["content"], "the budget must close the thinking and leave room for an answer"
+    assert usage["completion_tokens"] > usage["completion_tokens_details"]["reasoning_tokens"]
+    assert response.headers["x-thinktier-thinking-budget"] == "6"
+    assert response.headers["x-thinktier-tier"] == "reasoning"
+
+
+def test_effort_sets_the_policy_budget_and_request_caps_only_lower_it(serving_url: str) -> None:
+    response = chat(serving_url, reasoning_effort="high", max_thinking_tokens=10_000, max_tokens=10_000)
+    assert response.status_code == 200, response.text
+    assert response.headers["x-thinktier-thinking-budget"] == str(HIGH.thinking_tokens)
+    assert response.headers["x-thinktier-answer-budget"] == str(HIGH.answer_tokens)
+    usage = response.json()["usage"]
+    assert usage["completion_tokens_details"]["reasoning_tokens"] <= HIGH.thinking_tokens
+    assert usage["completion_tokens"] - usage["completion_tokens_details"]["reasoning_tokens"] <= HIGH.answer_tokens
+    low = chat(serving_url, reasoning_effort="low")
+    assert low.headers["x-thinktier-thinking-budget"] == str(POLICY.tiers["reasoning"].budgets["low"].thinking_tokens)
+
+
+def test_openai_client_streams_reasoning_before_content(serving_url: str) -> None:
+    client = openai.OpenAI(base_url=f"{serving_url}/v1", api_key="unused")
+    stream = client.chat.completions.create(
+        model="thinktier", messages=QUESTION, stream=True, stream_options={"include_usage": True},
+        seed=3, extra_body={"max_thinking_tokens": 5},
+    )
+    kinds: list[str] = []
+    usage = None
+    for chunk in stream:
+        if chunk.usage is not None:
+            usage = chunk.usage
+        for choice in chunk.choices:
+            extra = choice.delta.model_extra or {}
+            if extra.get("reasoning"):
+                kinds.append("reasoning")
+            if choice.delta.content:
+                kinds.append("content")
+    assert "reasoning" in kinds and "content" in kinds
+    assert kinds.index("content") > max(i for i, k in enumerate(kinds) if k == "reasoning"), kinds
+    assert usage is not None and 0 < usage.completion_tokens_details.reasoning_tokens <= 5
+
+
+def test_chat_tier_answers_without_thinking(serving_url: str) -> None:
+    response = chat(serving_url, model="tiny-chat")
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert response.headers["x-thinktier-tier"] == "chat"
+    assert body["model"] == "tiny-chat"
+    assert "reasoning" not in body["choices"][0]["message"]
+    assert body["usage"]["completion_tokens_details"]["reasoning_tokens"] == 0
+    assert body["choices"][0]["message"]["content"]
+
+
+def test_completions_route_streams_and_not(serving_url: str) -> None:
+    plain = httpx.post(
+        f"{serving_url}/v1/completions",
+        json={"model": "tiny-reasoning", "prompt": "two plus two is", "max_tokens": 8, "max_thinking_tokens": 4, "seed": 1},
+        timeout=120,
+    )
+    assert plain.status_code == 200, plain.text
+    choice = plain.json()["choices"][0]
+    assert plain.json()["object"] == "text_completion"
+    assert choice["text"] and plain.json()["usage"]["completion_tokens_details"]["reasoning_tokens"] <= 4
+    client = openai.OpenAI(base_url=f"{serving_url}/v1", api_key="unused")
+    texts = [c.choices[0].text for c in client.completions.create(model="tiny-chat", prompt="hello", max_tokens=6,
+                                                                   stream=True, seed=2) if c.choices]
+    assert "".join(texts)
+
+
+def test_models_health_and_readiness(serving_url: str) -> None:
+    models = {m["id"] for m in httpx.get(f"{serving_url}/v1/models").json()["data"]}
+    assert {"thinktier", "tiny-reasoning", "tiny-chat"} <= models
+    assert httpx.get(f"{serving_url}/healthz").json() == {"status": "ok"}
+    ready = httpx.get(f"{serving_url}/readyz")
+    assert ready.status_code == 200 and ready.json()["replicas"] == {"reasoning": 1, "chat": 1}
+
+
+def test_metrics_count_the_request(serving_url: str) -> None:
+    def served() -> float:
+        text = httpx.get(f"{serving_url}/metrics").text
+        line = next((ln for ln in text.splitlines() if ln.startswith('thinktier_requests_total{outcome="ok",tier="chat"}')), None)
+        return float(line.split()[-1]) if line else 0.0
+
+    before = served()
+    assert chat(serving_url, model="tiny-chat").status_code == 200
+    assert served() == before + 1
+    text = httpx.get(f"{serving_url}/metrics").text
+    for name in ("thinktier_time_to_first_visible_token_seconds_bucket", "thinktier_request_thinking_tokens_bucket",
+                 "thinktier_kv_cache_occupancy_ratio", "thinktier_requests_running", "thinktier_stragglers"):
+        assert name in text, name
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "param"),
+    [
+        (b"{not json", 400, None),
+        (b'["a list"]', 400, None),
+        (b'{"model": "thinktier"}', 400, "messages"),
+        (b'{"model": "thinktier", "messages": [{"role": "user", "content": "hi"}], "temperature": 7}', 400, "temperature"),
+        (b'{"model": "thinktier", "messages": [{"role": "user", "content": "hi"}], "reasoning_effort": "max"}', 400,
+         "reasoning_effort"),
+        (b'{"model": "no-such-model", "messages": [{"role": "user", "content": "hi"}]}', 404, "model"),
+    ],
+)
+def test_bad_requests_get_openai_errors_and_service_keeps_serving(
+    serving_url: str, body: bytes, status: int, param: str | None
+) -> None:
+    response = httpx.post(f"{serving_url}/v1/chat/completions", content=body,
+                          headers={"Content-Type": "application/json"}, timeout=60)
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert error["message"] and error["type"] == "invalid_request_error"
+    assert error["param"] == param
+    assert chat(serving_url, model="tiny-chat").status_code == 200
+
+
+def test_oversized_prompt_is_rejected_with_its_length(serving_url: str) -> None:
+    long_prompt = "apples cost three dollars " * 400
+    response = chat(serving_url, messages=[{"role": "user", "content": long_prompt}])
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["code"] == "context_length_exceeded" and "at most 256" in error["message"]
+    assert chat(serving_url, model="tiny-chat").status_code == 200
