@@ -15,6 +15,7 @@ from policies.loader import DEFAULT_POLICY, PolicyError, load_policy
 from policies.schema import EFFORTS
 
 DEFAULT_MIX = "easy=0.5,medium=0.3,hard=0.1,chat=0.1"
+THINKTIER_MODEL = "thinktier"
 SINGLE_POOL_POLICY = Path(__file__).resolve().parent.parent / "policies" / "examples" / "single-pool.yaml"
 
 
@@ -94,8 +95,9 @@ def _add_workload_args(parser: argparse.ArgumentParser) -> None:
         "--max-tokens",
         type=int,
         default=None,
-        help="max_tokens of every request (thinking + answer); unset lets the server decide. Set it when "
-        "measuring a server without thinking budgets, or its reasoning may run to max_model_len",
+        help="max_tokens of every request; unset lets the server decide. vLLM-based servers count thinking and answer "
+        "against it; thinktier caps only the answer with it (thinking has its own budget). In compare, when unset, Ray "
+        "Serve LLM gets the largest thinking + answer budget of the tier it copies, where thinktier's high effort stops",
     )
     r.add_argument(
         "--effort",
@@ -239,7 +241,7 @@ def _compare(args: argparse.Namespace) -> int:
         policy.slos,
         out,
         args.baseline,
-        _options(args, None),
+        _options(args, THINKTIER_MODEL),
         port=args.port,
         metrics_port=args.metrics_port,
         settings=_settings(args),
@@ -266,7 +268,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     run.add_argument("--url", required=True, help="base URL of the endpoint, e.g. http://127.0.0.1:8000 (the API is under /v1)")
     run.add_argument(
-        "--model", default=None, help="'model' to send; unset leaves it out, so thinktier routes by difficulty (peers need it)"
+        "--model",
+        default=THINKTIER_MODEL,
+        help=f"'model' of every request (default {THINKTIER_MODEL!r}: thinktier routes it by difficulty; a tier's served "
+        "name pins that tier; give a peer endpoint's model name to measure it)",
     )
     run.add_argument(
         "--policy",

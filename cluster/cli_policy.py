@@ -12,7 +12,7 @@ from policies.schema import Policy
 
 
 def summarize(policy: Policy) -> str:
-    """One line: the tiers (model, accelerator, replicas) and how scores route to them."""
+    """One line: the tiers (model, accelerator, replicas) and where requests that name no tier's model go."""
     tiers = ", ".join(
         f"{name} ({tier.model} on {tier.pool.accelerator}, replicas {tier.replicas.min}-{tier.replicas.max}"
         f"{', thinking' if tier.thinking else ''})"
@@ -24,8 +24,9 @@ def summarize(policy: Policy) -> str:
         routes = f"score >= {t.reasoning} -> {routing.reasoning_tier} (medium >= {t.medium}, high >= {t.high})"
         routes += f", below -> {routing.chat_tier}" if routing.chat_tier else ""
     else:
-        routes = f"no classifier: all -> {routing.reasoning_tier} (effort from the request, else {routing.default_effort})"
-    return f"{_count(len(policy.tiers), 'tier')}: {tiers}; routes: {routes}; {_count(len(policy.tenants), 'tenant')}"
+        routes = f"no classifier: -> {routing.reasoning_tier} (effort from the request, else {routing.default_effort})"
+    tenants = _count(len(policy.tenants), "tenant")
+    return f"{_count(len(policy.tiers), 'tier')}: {tiers}; requests naming no model: {routes}; {tenants}"
 
 
 def _count(n: int, noun: str) -> str:

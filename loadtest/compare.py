@@ -52,12 +52,13 @@ def started(target: CompareTarget, port: int, metrics_port: int, options: Reques
             yield Target(cluster.url, options=options)
         return
     policy = load_policy(target.policy_path)
-    tier = target.tier or policy.routing.reasoning_tier
-    settings = settings_from_tier(policy.tiers[tier], cpu_threads=target.cpu_threads)
+    tier = policy.tiers[target.tier or policy.routing.reasoning_tier]
+    settings = settings_from_tier(tier, cpu_threads=target.cpu_threads)
+    # Without thinking budgets a reasoning model may think until max_model_len; stop it where thinktier's largest budget would.
+    max_tokens = options.max_tokens or max(b.thinking_tokens + b.answer_tokens for b in tier.budgets.values())
+    peer = replace(options, model=settings.model_id, max_tokens=max_tokens)
     with RayLLMApp(settings, port, metrics_port) as app:
-        yield Target(
-            app.url, options=replace(options, model=settings.model_id), metrics_url=app.metrics_url, metric_names=RAY_LLM_METRICS
-        )
+        yield Target(app.url, options=peer, metrics_url=app.metrics_url, metric_names=RAY_LLM_METRICS)
 
 
 @dataclass(frozen=True)

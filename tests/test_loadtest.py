@@ -19,7 +19,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from loadtest.client import RequestResult
+from cluster.local import LocalCluster
+from loadtest.client import RequestOptions, RequestResult
 from loadtest.measure import LoadSpec, measure
 from loadtest.metrics_scraper import THINKTIER_METRICS, parse_tiers
 from loadtest.report import class_stats
@@ -237,14 +238,14 @@ def test_metrics_parser_groups_replicas_by_tier() -> None:
 
 
 @pytest.mark.integration
-def test_report_from_a_short_real_run(serving_url: str, tmp_path: Path) -> None:
+def test_report_from_a_short_real_run(serving_url: str, serving_cluster: LocalCluster, tmp_path: Path) -> None:
     """~20 s of Poisson load with every class against a real thinktier; the report must show it."""
     spec = LoadSpec(mix=Mix.parse("easy=0.4,medium=0.2,hard=0.2,chat=0.2"), rates=(0.5,), duration_s=20.0, seed=11)
     report, paths = measure(
-        Target(serving_url),
+        Target(serving_url, options=RequestOptions(model="thinktier")),
         spec,
         PromptPool.builtin(["en"]),
-        load_policy().slos,
+        serving_cluster.policy.slos,
         tmp_path,
         RunSettings(progress=False, request_timeout_s=120),
     )

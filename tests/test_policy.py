@@ -313,7 +313,7 @@ def test_validate_command_summarizes_valid_files(capsys: pytest.CaptureFixture[s
     assert code == 0
     assert out == (
         f"{single}: OK: 1 tier: reasoning (builtin:smollm2-135m-think on cpu, replicas 1-1, thinking); "
-        "routes: no classifier: all -> reasoning (effort from the request, else medium); 0 tenants\n"
+        "requests naming no model: no classifier: -> reasoning (effort from the request, else medium); 0 tenants\n"
     )
 
 
@@ -336,4 +336,4 @@ def test_apply_command_refuses_an_invalid_policy(tmp_path: Path, capsys: pytest.
 
 def test_summary_names_routes_of_a_two_tier_policy() -> None:
     summary = cli_policy.summarize(load_policy(DEFAULT_POLICY))
-    assert "routes: score >= 0.3 -> reasoning (medium >= 0.55, high >= 0.8), below -> chat" in summary
+    assert "requests naming no model: score >= 0.3 -> reasoning (medium >= 0.55, high >= 0.8), below -> chat" in summary
