@@ -13,6 +13,7 @@ from cluster import cli_policy
 from cluster.cli import build_parser
 from policies.json_schema import SCHEMA_FILE, policy_json_schema, render_json_schema
 from policies.loader import DEFAULT_POLICY, PolicyError, load_policy, parse_policy
+from policies.schema import EngineArgs
 
 POLICIES = Path(__file__).resolve().parents[1] / "policies"
 EXAMPLES = sorted([DEFAULT_POLICY, *(POLICIES / "examples").glob("*.yaml")])
@@ -283,7 +284,8 @@ def test_json_schema_flags_what_an_editor_should() -> None:
     with pytest.raises(jsonschema.ValidationError, match="'fp9' is not one of"):
         jsonschema.validate(data, schema)
     engine = schema["$defs"]["EngineArgs"]["properties"]
-    assert engine["kv_cache_dtype"]["description"] and engine["max_model_len"]["default"] == 4096
+    assert engine["kv_cache_dtype"]["description"] == EngineArgs.model_fields["kv_cache_dtype"].description
+    assert engine["max_model_len"]["default"] == EngineArgs.model_fields["max_model_len"].default
 
 
 # --- the command ---------------------------------------------------------------------------------
