@@ -83,6 +83,8 @@ class Pool(StrictModel):
 
 
 class Replicas(StrictModel):
+    """How many replicas of a tier run: the autoscaler moves between min and max."""
+
     min: int = Field(1, ge=0, description="Fewest replicas the autoscaler keeps.")
     max: int = Field(1, ge=1, description="Most replicas the autoscaler may start.")
     initial: int | None = Field(None, ge=0, description="Replicas at start; min when unset.")
@@ -141,6 +143,8 @@ class Stragglers(StrictModel):
 
 
 class Tier(StrictModel):
+    """One pool of identical vLLM replicas serving one model: a Ray Serve deployment."""
+
     model: str = Field(
         description="Model folder, or 'builtin:<name>' for a model thinktier builds itself (builtin:smollm2-135m-think)."
     )
@@ -158,42 +162,48 @@ class Tier(StrictModel):
 
     @model_validator(mode="after")
     def _fits(self) -> Tier:
+        problems = self._budget_problems() + self._accelerator_problems()
+        if problems:
+            raise ValueError("\n".join(problems))  # one line per problem, each starting with its field path
+        return self
+
+    def _budget_problems(self) -> list[str]:
         missing = [e for e in EFFORTS if e not in self.budgets]
-        if missing:
-            raise ValueError(f"budgets must define every effort level; missing {missing}")
+        problems = [f"budgets: every effort level needs a budget; missing {missing}"] if missing else []
         for effort, budget in self.budgets.items():
             need = self.max_prompt_tokens + budget.thinking_tokens + budget.answer_tokens + 1
             if need > self.engine.max_model_len:
-                raise ValueError(
+                problems.append(
                     f"budgets.{effort}: max_prompt_tokens + thinking_tokens + answer_tokens + 1 = {need} "
                     f"exceeds engine.max_model_len ({self.engine.max_model_len}); lower the budget or raise max_model_len"
                 )
             if not self.thinking and budget.thinking_tokens:
-                raise ValueError(f"budgets.{effort}.thinking_tokens must be 0 on a tier with thinking: false")
-        self._check_accelerator()
-        return self
+                problems.append(f"budgets.{effort}.thinking_tokens: must be 0 on a tier with thinking: false")
+        return problems
 
-    def _check_accelerator(self) -> None:
+    def _accelerator_problems(self) -> list[str]:
         engine = self.engine
         if self.pool.accelerator == "gpu":
             if engine.cpu_threads is not None:
-                raise ValueError("engine.cpu_threads applies to CPU tiers only; remove it or set pool.accelerator: cpu")
-            return
+                return ["engine.cpu_threads: applies to CPU tiers only; remove it or set pool.accelerator: gpu"]
+            return []
+        problems = []
         if engine.kv_offloading.enabled:
-            raise ValueError(
+            problems.append(
                 "engine.kv_offloading: vLLM offloads KV to CPU memory only from CUDA or XPU GPUs; "
                 "set kv_offloading.size_gib: 0 or pool.accelerator: gpu"
             )
         if engine.kv_cache_dtype in FP8_KV_DTYPES and not cpu_supports_fp8_kv():
-            raise ValueError(
+            problems.append(
                 f"engine.kv_cache_dtype: {engine.kv_cache_dtype!r} needs a GPU or an x86 CPU with AVX-512 or AMX, "
                 "which this machine lacks; use kv_cache_dtype: auto or pool.accelerator: gpu"
             )
         if engine.kv_cache_memory_gib is None:
-            raise ValueError(
-                "engine.kv_cache_memory_gib is required on CPU tiers (vLLM would otherwise claim most of host RAM); "
+            problems.append(
+                "engine.kv_cache_memory_gib: required on CPU tiers (vLLM would otherwise claim most of host RAM); "
                 "e.g. kv_cache_memory_gib: 0.5"
             )
+        return problems
 
 
 class Thresholds(StrictModel):
@@ -213,6 +223,8 @@ class Thresholds(StrictModel):
 
 
 class Classifier(StrictModel):
+    """The difficulty classifier: a sentence embedder and a trained head, batched on the CPU."""
+
     enabled: bool = Field(True, description="Score prompts with the difficulty classifier; otherwise route on the request.")
     artifact: str = Field("builtin:difficulty-v1", description="Trained head artifact, or 'builtin:<version>'.")
     max_batch_size: int = Field(16, ge=1, description="Prompts scored together.")
@@ -220,6 +232,8 @@ class Classifier(StrictModel):
 
 
 class Routing(StrictModel):
+    """How a request finds its tier, effort and vLLM priority."""
+
     reasoning_tier: str = Field("reasoning", description="Tier that takes prompts that need thinking.")
     chat_tier: str | None = Field("chat", description="Tier that takes prompts that need none; null for a single pool.")
     default_effort: Effort = Field("medium", description="Effort when neither classifier nor request says.")
@@ -242,6 +256,8 @@ class Degradation(StrictModel):
 
 
 class SLO(StrictModel):
+    """Latency objectives of one difficulty class; goodput counts requests that meet both."""
+
     ttfvt_s: float = Field(gt=0, description="Time to first visible (answer) token, seconds.")
     e2e_s: float = Field(gt=0, description="Request start to last token, seconds.")
 
@@ -255,6 +271,8 @@ def _default_slos() -> dict[DifficultyClass, SLO]:
 
 
 class Tenant(StrictModel):
+    """A client of the service, known by its API key."""
+
     api_key_env: str = Field(
         pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
         description="Environment variable holding the tenant's API key (never the key itself).",
@@ -264,6 +282,8 @@ class Tenant(StrictModel):
 
 
 class Server(StrictModel):
+    """The HTTP endpoint."""
+
     host: str = Field("127.0.0.1", description="HTTP bind address.")
     port: int = Field(8000, ge=1, le=65535, description="HTTP port.")
     max_body_bytes: int = Field(1_000_000, ge=1024, description="Largest request body accepted.")
@@ -271,6 +291,8 @@ class Server(StrictModel):
 
 
 class Policy(StrictModel):
+    """The whole policy file."""
+
     version: Literal[1] = Field(1, description="Policy schema version.")
     server: Server = Field(default_factory=Server)
     tiers: dict[str, Tier] = Field(description="Tiers by name; each becomes a Ray Serve deployment.")
@@ -282,14 +304,19 @@ class Policy(StrictModel):
     @model_validator(mode="after")
     def _routes_exist(self) -> Policy:
         names = sorted(self.tiers)
-        for field, tier in (("routing.reasoning_tier", self.routing.reasoning_tier), ("routing.chat_tier", self.routing.chat_tier)):
+        problems = []
+        routes = (("routing.reasoning_tier", self.routing.reasoning_tier), ("routing.chat_tier", self.routing.chat_tier))
+        for field, tier in routes:
             if tier is not None and tier not in self.tiers:
-                raise ValueError(f"{field}: tier {tier!r} does not exist; tiers are {names}")
-        if self.routing.chat_tier is not None and self.tiers[self.routing.chat_tier].thinking:
-            raise ValueError(f"routing.chat_tier: tier {self.routing.chat_tier!r} must have thinking: false")
+                problems.append(f"{field}: tier {tier!r} does not exist; tiers are {names}")
+        chat = self.routing.chat_tier
+        if chat in self.tiers and self.tiers[chat].thinking:
+            problems.append(f"routing.chat_tier: tier {chat!r} must have thinking: false")
         served = [t.served_model_name or n for n, t in self.tiers.items()]
         if len(set(served)) != len(served):
-            raise ValueError(f"served model names must be unique; got {served}")
+            problems.append(f"tiers: served model names must be unique; got {served}")
+        if problems:
+            raise ValueError("\n".join(problems))
         return self
 
     def served_name(self, tier: str) -> str:
