@@ -90,6 +90,13 @@ def _add_workload_args(parser: argparse.ArgumentParser) -> None:
         metavar="CODE[,CODE...]",
         help="languages of the problem sets (ISO 639-1, e.g. en,fr,zh), or 'all' (default en)",
     )
+    w.add_argument(
+        "--max-prompt-chars",
+        type=int,
+        default=None,
+        metavar="N",
+        help="leave out prompts longer than N characters (for servers with a small prompt limit; default: keep all)",
+    )
     r = parser.add_argument_group("requests")
     r.add_argument(
         "--max-tokens",
@@ -165,7 +172,7 @@ def _options(args: argparse.Namespace, model: str | None) -> RequestOptions:
 
 def _pool(args: argparse.Namespace) -> PromptPool:
     languages = None if args.languages == "all" else [c.strip() for c in args.languages.split(",") if c.strip()]
-    return PromptPool.builtin(languages)
+    return PromptPool.builtin(languages, args.max_prompt_chars)
 
 
 def _settings(args: argparse.Namespace) -> RunSettings:

@@ -85,9 +85,11 @@ class PromptPool:
             self.by_class["chat"].append(Prompt(f"chat-{i}", text, "chat", "chat"))
 
     @classmethod
-    def builtin(cls, languages: Sequence[str] | None = None) -> PromptPool:
-        """The packaged problem sets (in `languages`, ISO 639-1; all when None) and chat prompts."""
-        return cls(load_problems(languages), CHAT_PROMPTS)
+    def builtin(cls, languages: Sequence[str] | None = None, max_chars: int | None = None) -> PromptPool:
+        """The packaged problem sets (in `languages`, ISO 639-1; all when None) and chat prompts, without those
+        longer than `max_chars` (servers refuse prompts past their token limit)."""
+        problems = [p for p in load_problems(languages) if max_chars is None or len(p.text) <= max_chars]
+        return cls(problems, [c for c in CHAT_PROMPTS if max_chars is None or len(c) <= max_chars])
 
     def check(self, mix: Mix) -> None:
         empty = [c for c, share in mix.shares.items() if share > 0 and not self.by_class[c]]
