@@ -34,9 +34,9 @@ def build_app(args: dict[str, Any] | AppArgs) -> Application:
         from deployments.classifier import DifficultyClassifier
 
         classifier = DifficultyClassifier.options(**options[CLASSIFIER]).bind(policy.routing.classifier)
-    router = Router.options(**options[ROUTER]).bind(policy, classifier)
+    router = Router.options(**options[ROUTER]).bind(policy, args.policy_path, classifier)
     tiers = {
         name: TierReplica.options(**options[tier_deployment_name(name)]).bind(name, tier, router)
         for name, tier in policy.tiers.items()
     }
-    return Ingress.options(**options[INGRESS]).bind(policy, router, tiers)
+    return Ingress.options(**options[INGRESS]).bind(policy, args.policy_path, router, tiers)

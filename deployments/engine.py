@@ -7,7 +7,7 @@ benchmark drives it directly. Everything it does is set by the tier's policy sec
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -16,6 +16,9 @@ from deployments.replica_stats import ReplicaStats
 from policies.schema import DifficultyClass, Tier
 
 GIB = 1 << 30
+# Counters of vLLM's native OffloadingConnector (GPU <-> CPU KV transfers), in its stats payload.
+OFFLOAD_STORE_BYTES = "vllm:kv_offload_store_bytes"
+OFFLOAD_LOAD_BYTES = "vllm:kv_offload_load_bytes"
 
 
 class PromptTooLong(ValueError):
@@ -29,6 +32,8 @@ class TierRequest:
     request_id: str
     thinking_tokens: int
     answer_tokens: int
+    max_prompt_tokens: int | None = None
+    """Longest prompt accepted; the tier's policy limit when None (the ingress passes the live policy's)."""
     priority: int = 0
     difficulty: DifficultyClass = "medium"
     messages: tuple[dict[str, str], ...] | None = None
@@ -95,8 +100,22 @@ class _EngineStats:
         self.num_running = 0
         self.num_waiting = 0
         self.num_preemptions_total = 0
+        self.generation_tokens_total = 0
         self.prefix_cache_queries_total = 0
         self.prefix_cache_hits_total = 0
+        self.offload_store_bytes_total = 0.0
+        self.offload_load_bytes_total = 0.0
+        self.offload_cache_queries_total = 0
+        self.offload_cache_hits_total = 0
+
+    def record_offload(self, connector_stats: dict[str, Any] | None, connector_prefix_stats: Any) -> None:
+        """Add one interval of KV offload traffic (bytes each way) and CPU-cache lookups (tokens)."""
+        if connector_prefix_stats is not None:
+            self.offload_cache_queries_total += connector_prefix_stats.queries
+            self.offload_cache_hits_total += connector_prefix_stats.hits
+        counters = (connector_stats or {}).get("data", {})
+        self.offload_store_bytes_total += sum(counters.get(OFFLOAD_STORE_BYTES, {}).values())
+        self.offload_load_bytes_total += sum(counters.get(OFFLOAD_LOAD_BYTES, {}).values())
 
     def logger_factory(self) -> Any:
         from vllm.v1.metrics.loggers import StatLoggerBase
@@ -114,8 +133,10 @@ class _EngineStats:
                     stats.num_waiting = scheduler_stats.num_waiting_reqs
                     stats.prefix_cache_queries_total += scheduler_stats.prefix_cache_stats.queries
                     stats.prefix_cache_hits_total += scheduler_stats.prefix_cache_stats.hits
+                    stats.record_offload(scheduler_stats.kv_connector_stats, scheduler_stats.connector_prefix_cache_stats)
                 if iteration_stats is not None:
                     stats.num_preemptions_total += iteration_stats.num_preempted_reqs
+                    stats.generation_tokens_total += iteration_stats.num_generation_tokens
 
             def log_engine_initialized(self) -> None:
                 pass
@@ -124,9 +145,12 @@ class _EngineStats:
 
 
 class TierEngine:
-    """vLLM AsyncLLM for one tier replica."""
+    """vLLM AsyncLLM for one tier replica.
 
-    def __init__(self, name: str, tier: Tier) -> None:
+    `engine_overrides` are extra AsyncEngineArgs that no policy sets, for benchmarks (e.g.
+    load_format="dummy", or a kv_transfer_config for the offloading connector)."""
+
+    def __init__(self, name: str, tier: Tier, engine_overrides: Mapping[str, Any] | None = None) -> None:
         from vllm.config.reasoning import ReasoningConfig
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
@@ -134,33 +158,39 @@ class TierEngine:
         self.name = name
         self.tier = tier
         model_path = resolve_model(tier.model)
-        kwargs = engine_kwargs(tier, model_path)
+        kwargs = engine_kwargs(tier, model_path) | dict(engine_overrides or {})
         if tier.thinking:
             kwargs["reasoning_config"] = ReasoningConfig(reasoning_start_str=tier.think_start, reasoning_end_str=tier.think_end)
         self._stats = _EngineStats()
         self.engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs), stat_loggers=[self._stats.logger_factory()])
         self.tokenizer = self.engine.get_tokenizer()
-        self._think_start_ids = self.tokenizer.encode(tier.think_start + "\n", add_special_tokens=False)
+        self._think_open = tier.think_start + "\n"
+        self._think_start_ids = self.tokenizer.encode(self._think_open, add_special_tokens=False)
         self._think_end_id = self.tokenizer.convert_tokens_to_ids(tier.think_end) if tier.thinking else None
         self._running: dict[str, _Running] = {}
 
     def render_prompt(self, request: TierRequest) -> list[int]:
         """Prompt token ids: the chat template (or raw prompt), then the opened thinking section on thinking tiers.
 
+        Chat templates of R1-style models open the section themselves (the generation prompt ends with
+        "<think>\n"); it is then not opened twice.
         With a zero thinking budget on a thinking tier the section is opened and closed at once, so the
         model answers directly (the "thinking off" mode of R1-style models)."""
         if request.messages is not None:
             text = self.tokenizer.apply_chat_template(list(request.messages), tokenize=False, add_generation_prompt=True)
         else:
             text = request.prompt or ""
+        opened = self.tier.thinking and text.endswith(self._think_open)
         ids = self.tokenizer.encode(text, add_special_tokens=False)
-        if len(ids) > self.tier.max_prompt_tokens:
+        limit = request.max_prompt_tokens or self.tier.max_prompt_tokens
+        if len(ids) > limit:
             raise PromptTooLong(
-                f"prompt is {len(ids)} tokens; tier {self.name!r} accepts at most {self.tier.max_prompt_tokens}: "
+                f"prompt is {len(ids)} tokens; tier {self.name!r} accepts at most {limit}: "
                 "shorten the prompt"
             )
         if self.tier.thinking:
-            ids = ids + self._think_start_ids
+            if not opened:
+                ids = ids + self._think_start_ids
             if request.thinking_tokens == 0:
                 ids = ids + self.tokenizer.encode(self.tier.think_end + "\n\n", add_special_tokens=False)
         return ids
@@ -241,6 +271,12 @@ class TierEngine:
             if finish is None:
                 await self.engine.abort(request.request_id)
 
+    @property
+    def kv_capacity_tokens(self) -> int:
+        """Tokens the GPU (or CPU) KV cache holds, as sized by vLLM at start."""
+        cache = self.engine.vllm_config.cache_config
+        return (cache.num_gpu_blocks or 0) * cache.block_size
+
     def stats(self) -> ReplicaStats:
         now = time.monotonic()
         limits = self.tier.stragglers
@@ -265,7 +301,9 @@ class TierEngine:
 
     async def warmup(self) -> None:
         """One short decode so the first client request does not pay for lazy initialisation."""
-        request = TierRequest(request_id=f"warmup-{self.name}", thinking_tokens=1, answer_tokens=1, prompt="hello")
+        request = TierRequest(
+            request_id=f"warmup-{self.name}", thinking_tokens=1, answer_tokens=1, prompt="hello"
+        )
         async for _ in self.generate(request):
             pass
 

@@ -20,7 +20,9 @@ from deployments.engine import PromptTooLong, TierChunk, TierRequest
 from deployments.metrics import ServiceMetrics
 from deployments.replica_stats import ReplicaStats
 from deployments.routing import Overloaded
+from policies.loader import DEFAULT_POLICY
 from policies.schema import Policy
+from policies.watcher import PolicyChange, PolicyWatcher
 
 app = FastAPI(title="thinktier", description="OpenAI-compatible reasoning service with difficulty-tiered serving.")
 
@@ -62,13 +64,21 @@ class _Request:
 @serve.deployment
 @serve.ingress(app)
 class Ingress:
-    def __init__(self, policy: Policy, router: DeploymentHandle, tiers: dict[str, DeploymentHandle]) -> None:
+    def __init__(
+        self, policy: Policy, policy_path: str | None, router: DeploymentHandle, tiers: dict[str, DeploymentHandle]
+    ) -> None:
         self.policy = policy
         self.router = router
         self.tiers = tiers
         self._replica_stats: dict[str, dict[str, ReplicaStats]] = {}
-        self.metrics = ServiceMetrics(lambda: self._replica_stats)
         self._in_flight: dict[str, int] = {}
+        # The router watches the same file for routing; this one keeps tenants and limits current here.
+        self._watcher = PolicyWatcher(policy_path or DEFAULT_POLICY, self._reload, policy=policy)
+        self._watcher.start()
+        self.metrics = ServiceMetrics(lambda: self._replica_stats, lambda: self._watcher.reloads)
+
+    def _reload(self, policy: Policy, change: PolicyChange) -> None:
+        self.policy = policy
 
     # ---- helpers -------------------------------------------------------------------------------------------------
 
@@ -145,6 +155,7 @@ class Ingress:
             difficulty=decision.difficulty,
             messages=parsed.message_dicts() if isinstance(parsed, oa.ChatCompletionRequest) else None,
             prompt=parsed.prompt_text() if isinstance(parsed, oa.CompletionRequest) else None,
+            max_prompt_tokens=self.policy.tiers[decision.tier].max_prompt_tokens,
             temperature=parsed.temperature,
             top_p=parsed.top_p,
             seed=parsed.seed,

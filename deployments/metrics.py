@@ -21,7 +21,9 @@ PREFIX = "thinktier_"
 
 
 class ServiceMetrics:
-    def __init__(self, replica_stats: Callable[[], dict[str, dict[str, ReplicaStats]]]) -> None:
+    def __init__(
+        self, replica_stats: Callable[[], dict[str, dict[str, ReplicaStats]]], policy_reloads: Callable[[], dict[str, int]]
+    ) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
         self.requests = Counter(f"{PREFIX}requests", "Requests by tier and outcome.", ["tier", "outcome"], registry=r)
@@ -51,6 +53,20 @@ class ServiceMetrics:
             f"{PREFIX}budget_forced_endings", "Requests whose thinking was closed by the budget.", ["tier"], registry=r
         )
         r.register(_EngineCollector(replica_stats))
+        r.register(_ReloadCollector(policy_reloads))
+
+
+class _ReloadCollector(Collector):
+    """Policy reloads by outcome (applied, rejected, needs_redeploy), as counted by this process's watcher."""
+
+    def __init__(self, policy_reloads: Callable[[], dict[str, int]]) -> None:
+        self._policy_reloads = policy_reloads
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        reloads = CounterMetricFamily(f"{PREFIX}policy_reloads", "Policy file reloads by outcome.", labels=["outcome"])
+        for outcome, count in self._policy_reloads().items():
+            reloads.add_metric([outcome], count)
+        yield reloads
 
 
 class _EngineCollector(Collector):

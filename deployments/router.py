@@ -10,7 +10,9 @@ from ray.serve.handle import DeploymentHandle
 from deployments.decision import Decision, RoutingRequest
 from deployments.replica_stats import ReplicaStats
 from deployments.routing import TierLoad, decide
+from policies.loader import DEFAULT_POLICY
 from policies.schema import Policy
+from policies.watcher import PolicyChange, PolicyWatcher
 
 STALE_AFTER_INTERVALS = 5
 
@@ -19,10 +21,15 @@ STALE_AFTER_INTERVALS = 5
 class Router:
     """Holds the policy and the latest stats of every tier replica (pushed by the replicas)."""
 
-    def __init__(self, policy: Policy, classifier: DeploymentHandle | None = None) -> None:
+    def __init__(self, policy: Policy, policy_path: str | None, classifier: DeploymentHandle | None = None) -> None:
         self.policy = policy
         self._classifier = classifier
         self._stats: dict[str, dict[str, tuple[float, ReplicaStats]]] = {name: {} for name in policy.tiers}
+        self._watcher = PolicyWatcher(policy_path or DEFAULT_POLICY, self._reload, policy=policy)
+        self._watcher.start()
+
+    def _reload(self, policy: Policy, change: PolicyChange) -> None:
+        self.policy = policy
 
     async def decide(self, request: RoutingRequest) -> Decision:
         difficulty = None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import httpx
 import openai
 import pytest
@@ -149,3 +151,40 @@ def test_oversized_prompt_is_rejected_with_its_length(serving_url: str) -> None:
     error = response.json()["error"]
     assert error["code"] == "context_length_exceeded" and "at most 256" in error["message"]
     assert chat(serving_url, model="tiny-chat").status_code == 200
+
+
+def test_live_reload_applies_good_edits_and_keeps_serving_through_bad_ones(serving_url: str, served_policy_file: Path) -> None:
+    import time
+
+    original = served_policy_file.read_text()
+
+    def low_budget() -> str:
+        response = chat(serving_url, reasoning_effort="low")
+        assert response.status_code == 200, response.text
+        return response.headers["x-thinktier-thinking-budget"]
+
+    def eventually(expected: str) -> None:
+        deadline = time.monotonic() + 15
+        while low_budget() != expected:
+            assert time.monotonic() < deadline, f"the low-effort budget never became {expected}"
+            time.sleep(0.5)
+
+    def metric(outcome: str) -> float:
+        text = httpx.get(f"{serving_url}/metrics").text
+        line = next(ln for ln in text.splitlines() if ln.startswith(f'thinktier_policy_reloads_total{{outcome="{outcome}"}}'))
+        return float(line.split()[-1])
+
+    try:
+        assert low_budget() == "8"
+        rejected = metric("rejected")
+        served_policy_file.write_text(original.replace("low: {thinking_tokens: 8", "low: {thinking_tokens: [8"))
+        for _ in range(6):  # requests keep succeeding with the last good policy while the file is broken
+            assert low_budget() == "8"
+            time.sleep(0.5)
+        assert metric("rejected") == rejected + 1
+        served_policy_file.write_text(original.replace("low: {thinking_tokens: 8", "low: {thinking_tokens: 3"))
+        eventually("3")
+        assert metric("applied") >= 1
+    finally:
+        served_policy_file.write_text(original)
+    eventually("8")
