@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 TESTS = Path(__file__).parent
-TINY_POLICY = TESTS / "policies" / "tiny.yaml"
+TINY_POLICY = TESTS.parent / "policies" / "examples" / "tiny.yaml"
 
 
 def free_port() -> int:
@@ -21,7 +21,7 @@ def free_port() -> int:
 
 @pytest.fixture(scope="session")
 def served_policy_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The serving cluster's policy file: a copy of tests/policies/tiny.yaml that live-reload tests may edit."""
+    """The serving cluster's policy file: a copy of policies/examples/tiny.yaml that live-reload tests may edit."""
     path = tmp_path_factory.mktemp("policy") / "policy.yaml"
     shutil.copy(TINY_POLICY, path)
     return path

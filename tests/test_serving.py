@@ -1,4 +1,4 @@
-"""The serving path over real HTTP: real Ray Serve, real vLLM engines on the tiny model (tests/policies/tiny.yaml)."""
+"""The serving path over real HTTP: real Ray Serve, real vLLM engines on the tiny model (policies/examples/tiny.yaml)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,154 @@
+"""What the ingress and router add over calling the vLLM engine directly, same machine, same run.
+
+Baseline: the tier's TierEngine in this process (no Ray, no HTTP), one request at a time.
+Service: the same tier behind thinktier (HTTP -> ingress -> router -> tier replica), same
+requests, same seeds, so both decode the same tokens. Reports median and p99 per request of
+end-to-end latency (non-streaming) and time to first token (streaming), and their differences.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import httpx
+from tqdm import tqdm
+
+from cluster.local import LocalCluster
+from cluster.serve_config import engine_env
+from deployments.engine import TierEngine, TierRequest
+from policies.loader import load_policy
+
+PROMPT = "what is the sum of 17 and 25"
+
+
+@dataclass(frozen=True)
+class Summary:
+    median_ms: float
+    p99_ms: float
+
+    @classmethod
+    def of(cls, seconds: list[float]) -> Summary:
+        ordered = sorted(seconds)
+        p99 = ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
+        return cls(statistics.median(ordered) * 1000, p99 * 1000)
+
+
+@dataclass(frozen=True)
+class OverheadResult:
+    tier: str
+    requests: int
+    answer_tokens: int
+    direct_e2e: Summary
+    service_e2e: Summary
+    direct_ttft: Summary
+    service_ttft: Summary
+
+    @property
+    def added_e2e_median_ms(self) -> float:
+        return self.service_e2e.median_ms - self.direct_e2e.median_ms
+
+    @property
+    def added_ttft_median_ms(self) -> float:
+        return self.service_ttft.median_ms - self.direct_ttft.median_ms
+
+
+def _request(i: int, answer_tokens: int) -> TierRequest:
+    return TierRequest(
+        request_id=f"bench-{i}", thinking_tokens=0, answer_tokens=answer_tokens, temperature=0.0, seed=i,
+        messages=({"role": "user", "content": PROMPT},),
+    )
+
+
+async def _direct(engine: TierEngine, n: int, answer_tokens: int) -> tuple[list[float], list[float]]:
+    e2e, ttft = [], []
+    for i in tqdm(range(n), desc="direct engine", unit="req"):
+        start = time.perf_counter()
+        first = None
+        async for chunk in engine.generate(_request(i, answer_tokens)):
+            if first is None and chunk.content:
+                first = time.perf_counter() - start
+        e2e.append(time.perf_counter() - start)
+        ttft.append(first if first is not None else e2e[-1])
+    return e2e, ttft
+
+
+def measure_direct(policy_path: str, tier: str, n: int, answer_tokens: int) -> tuple[list[float], list[float]]:
+    policy = load_policy(policy_path)
+    os.environ.update(engine_env(policy.tiers[tier]))
+    engine = TierEngine(tier, policy.tiers[tier])
+    try:
+        asyncio.run(_direct(engine, 3, answer_tokens))  # warm, as the replica is warmed before serving
+        return asyncio.run(_direct(engine, n, answer_tokens))
+    finally:
+        engine.shutdown()
+
+
+def measure_service(url: str, model: str, n: int, answer_tokens: int) -> tuple[list[float], list[float]]:
+    e2e, ttft = [], []
+    with httpx.Client(base_url=url, timeout=120) as client:
+        for i in tqdm(range(-3, n), desc="through thinktier", unit="req"):
+            body = {"model": model, "messages": [{"role": "user", "content": PROMPT}], "max_tokens": answer_tokens,
+                    "temperature": 0.0, "seed": max(i, 0)}
+            start = time.perf_counter()
+            client.post("/v1/chat/completions", json=body).raise_for_status()
+            elapsed = time.perf_counter() - start
+            start = time.perf_counter()
+            first = None
+            with client.stream("POST", "/v1/chat/completions", json=body | {"stream": True}) as response:
+                for line in response.iter_lines():
+                    if first is None and line.startswith("data: {") and '"content": "' in line and '"content": ""' not in line:
+                        first = time.perf_counter() - start
+            if i >= 0:  # the first three warm the path
+                e2e.append(elapsed)
+                ttft.append(first if first is not None else elapsed)
+    return e2e, ttft
+
+
+def run(policy_path: str, tier: str, n: int, answer_tokens: int, out_dir: Path) -> OverheadResult:
+    policy = load_policy(policy_path)
+    direct_e2e, direct_ttft = measure_direct(policy_path, tier, n, answer_tokens)
+    with LocalCluster(policy_path, port=18765, progress=lambda line: print(f"[cluster] {line}", flush=True)) as cluster:
+        service_e2e, service_ttft = measure_service(cluster.url, policy.served_name(tier), n, answer_tokens)
+    result = OverheadResult(
+        tier=tier, requests=n, answer_tokens=answer_tokens,
+        direct_e2e=Summary.of(direct_e2e), service_e2e=Summary.of(service_e2e),
+        direct_ttft=Summary.of(direct_ttft), service_ttft=Summary.of(service_ttft),
+    )
+    write(result, policy_path, out_dir)
+    return result
+
+
+def write(result: OverheadResult, policy_path: str, out_dir: Path) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    data = asdict(result) | {
+        "added_e2e_median_ms": result.added_e2e_median_ms,
+        "added_ttft_median_ms": result.added_ttft_median_ms,
+        "policy": policy_path,
+        "command": f"thinktier bench overhead --policy {policy_path} --tier {result.tier} --requests {result.requests}",
+    }
+    (out_dir / "overhead.json").write_text(json.dumps(data, indent=2) + "\n")
+    rows = [
+        ("end-to-end (non-streaming)", result.direct_e2e, result.service_e2e),
+        ("time to first answer token (streaming)", result.direct_ttft, result.service_ttft),
+    ]
+    lines = [
+        "# Serving overhead: thinktier (HTTP, ingress, router, tier replica) vs the engine called directly",
+        "",
+        f"`{data['command']}`: {result.requests} sequential requests, {result.answer_tokens} answer tokens, same seeds.",
+        "",
+        "| latency per request | direct median | direct p99 | thinktier median | thinktier p99 | added median | added p99 |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, direct, service in rows:
+        added_median, added_p99 = service.median_ms - direct.median_ms, service.p99_ms - direct.p99_ms
+        lines.append(
+            f"| {name} | {direct.median_ms:.1f} ms | {direct.p99_ms:.1f} ms | {service.median_ms:.1f} ms | "
+            f"{service.p99_ms:.1f} ms | {added_median:+.1f} ms | {added_p99:+.1f} ms |"
+        )
+    (out_dir / "overhead.md").write_text("\n".join(lines) + "\n")
