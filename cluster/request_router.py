@@ -16,6 +16,7 @@ makes a burst spread instead of piling onto the replica that looked best.
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections import Counter
 from dataclasses import dataclass, fields
@@ -125,6 +126,10 @@ class KVAwareRequestRouter(RequestRouter):
     async def choose_replicas(
         self, candidate_replicas: list[RunningReplica], pending_request: PendingRequest | None = None
     ) -> list[list[RunningReplica]]:
+        # Yield once first. A routing task assigns queued requests back to back without awaiting,
+        # and a request is counted in the queue length cache only when its caller resumes and sends
+        # it; without this, a whole burst is scored on the same numbers and lands on one replica.
+        await asyncio.sleep(0)
         hard = pending_request is not None and difficulty_of(pending_request.args, pending_request.kwargs) == "hard"
         # Shuffle first so that equal scores (e.g. before any stats arrive) do not all pick the same replica.
         ranked = random.sample(candidate_replicas, len(candidate_replicas))
