@@ -7,7 +7,9 @@ from itertools import pairwise
 
 import pytest
 from ray.serve._private.common import DeploymentID, ReplicaID
+from ray.serve._private.config import DeploymentConfig
 from ray.serve.config import AutoscalingConfig, AutoscalingContext
+from ray.serve.schema import DeploymentSchema
 
 from cluster.autoscaling import (
     POLICY_IMPORT_PATH,
@@ -251,3 +253,12 @@ def test_adapter_reads_replica_metrics_and_keeps_its_state_in_policy_state():
 def test_adapter_rejects_bad_targets_with_the_field_name():
     with pytest.raises(ValueError, match="scale_down_kv_occupancy"):
         KVAwarePolicy(target_kv_occupancy=0.5, scale_down_kv_occupancy=0.6)
+
+
+def test_config_file_form_survives_rays_deployment_config_round_trip():
+    """The dict goes into the Serve config file; Ray ships it to the controller as a protobuf."""
+    schema = DeploymentSchema(name="tier-reasoning", autoscaling_config=serve_autoscaling_config_for(1, 3))
+    shipped = DeploymentConfig(autoscaling_config=schema.autoscaling_config).to_proto_bytes()
+    policy = DeploymentConfig.from_proto_bytes(shipped).autoscaling_config.policy
+    assert isinstance(policy.get_policy()(**policy.policy_kwargs), KVAwarePolicy)
+    assert Autoscaling.model_validate(policy.policy_kwargs) == TARGETS

@@ -5,8 +5,16 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
+from ray.serve._private.config import DeploymentConfig
+from ray.serve.schema import DeploymentSchema
 
-from cluster.request_router import RouterWeights, difficulty_of, score_replica
+from cluster.request_router import (
+    KVAwareRequestRouter,
+    RouterWeights,
+    difficulty_of,
+    score_replica,
+    serve_request_router_config,
+)
 from deployments.engine import TierRequest
 from deployments.replica_stats import ReplicaStats
 
@@ -89,3 +97,12 @@ def test_weights_from_router_kwargs_name_unknown_keys_and_reject_negatives():
         RouterWeights.from_kwargs({"kv_weight": 4.0})
     with pytest.raises(ValueError, match=r"\['queue'\] must be >= 0"):
         RouterWeights.from_kwargs({"queue": -1})
+
+
+def test_config_file_form_survives_rays_deployment_config_round_trip():
+    """The dict goes into the Serve config file; Ray ships it to every handle as a protobuf."""
+    schema = DeploymentSchema(name="tier-reasoning", request_router_config=serve_request_router_config(1.0))
+    shipped = DeploymentConfig(request_router_config=schema.request_router_config).to_proto_bytes()
+    router_config = DeploymentConfig.from_proto_bytes(shipped).request_router_config
+    assert router_config.get_request_router_class() is KVAwareRequestRouter
+    assert router_config.request_routing_stats_period_s == 1.0
