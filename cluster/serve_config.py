@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from cluster.autoscaling import serve_autoscaling_config
+from cluster.request_router import serve_request_router_config
 from policies.schema import Policy, Tier
 
 APP_NAME = "thinktier"
@@ -42,20 +44,11 @@ def engine_env(tier: Tier) -> dict[str, str]:
 
 
 def _tier_scaling(tier: Tier) -> dict[str, Any]:
+    """A fixed replica count, or the KV- and straggler-aware autoscaler within [min, max]."""
     replicas = tier.replicas
     if replicas.min == replicas.max:
         return {"num_replicas": replicas.min}
-    return {
-        "autoscaling_config": {
-            "min_replicas": replicas.min,
-            "max_replicas": replicas.max,
-            "initial_replicas": replicas.initial if replicas.initial is not None else replicas.min,
-            "metrics_interval_s": tier.autoscaling.metrics_interval_s,
-            "upscale_delay_s": tier.autoscaling.upscale_delay_s,
-            "downscale_delay_s": tier.autoscaling.downscale_delay_s,
-            "target_ongoing_requests": tier.autoscaling.target_ongoing_requests,
-        }
-    }
+    return {"autoscaling_config": serve_autoscaling_config(tier)}
 
 
 def tier_options(name: str, tier: Tier, in_pools: bool) -> dict[str, Any]:
@@ -78,6 +71,7 @@ def tier_options(name: str, tier: Tier, in_pools: bool) -> dict[str, Any]:
         "graceful_shutdown_timeout_s": 5,
         "health_check_period_s": 10,
         "health_check_timeout_s": 120,
+        "request_router_config": serve_request_router_config(tier.autoscaling.metrics_interval_s),
         **_tier_scaling(tier),
     }
 
