@@ -183,10 +183,10 @@ def _settings(args: argparse.Namespace) -> RunSettings:
 
 def _out_dir(args: argparse.Namespace, command: str) -> Path:
     if args.out is not None:
-        return args.out
+        return args.out.resolve()
     from datetime import datetime
 
-    return Path("loadtest/results") / f"{command}-{datetime.now():%Y%m%d-%H%M%S}"
+    return (Path("loadtest/results") / f"{command}-{datetime.now():%Y%m%d-%H%M%S}").resolve()
 
 
 def _seconds(value: float | None) -> str:
@@ -217,26 +217,28 @@ def _run(args: argparse.Namespace) -> int:
 def _compare(args: argparse.Namespace) -> int:
     from loadtest.compare import CompareTarget, compare  # lazily: matplotlib is slow to import
 
+    # Resolved before any target starts, so the compare report names the exact files.
+    ray_llm_policy = Path(args.ray_llm_policy or args.single_pool_policy).resolve()
+    args.policy, args.single_pool_policy = Path(args.policy).resolve(), Path(args.single_pool_policy).resolve()
     try:
         policy = load_policy(args.policy)
         load_policy(args.single_pool_policy)
+        peer_policy = load_policy(ray_llm_policy)
     except PolicyError as exc:
         print(exc, file=sys.stderr)
         return 1
-    targets = [
-        CompareTarget("thinktier-tiered", "thinktier", str(args.policy)),
-        CompareTarget("thinktier-single-pool", "thinktier", str(args.single_pool_policy)),
-        CompareTarget(
-            "ray-serve-llm", "ray-serve-llm", str(args.policy), tier=args.ray_llm_tier, cpu_threads=args.ray_llm_cpu_threads
-        ),
-    ]
-    targets = [t for t in targets if t.name not in args.skip]
-    if args.ray_llm_tier is not None and args.ray_llm_tier not in policy.tiers:
+    if args.ray_llm_tier is not None and args.ray_llm_tier not in peer_policy.tiers:
         print(
-            f"--ray-llm-tier {args.ray_llm_tier!r}: no such tier in {args.policy}; tiers are {sorted(policy.tiers)}",
+            f"--ray-llm-tier {args.ray_llm_tier!r}: no such tier in {ray_llm_policy}; tiers are {sorted(peer_policy.tiers)}",
             file=sys.stderr,
         )
         return 2
+    targets = [
+        CompareTarget("thinktier-tiered", "thinktier", str(args.policy)),
+        CompareTarget("thinktier-single-pool", "thinktier", str(args.single_pool_policy)),
+        CompareTarget("ray-serve-llm", "ray-serve-llm", str(ray_llm_policy), args.ray_llm_tier, args.ray_llm_cpu_threads),
+    ]
+    targets = [t for t in targets if t.name not in args.skip]
     if args.baseline not in [t.name for t in targets]:
         print(f"--baseline {args.baseline!r} is skipped or unknown; choose one of {[t.name for t in targets]}", file=sys.stderr)
         return 2
@@ -296,9 +298,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "stop it, and write compare.md / compare.json with every metric side by side as a ratio to the "
         "baseline, plus a full report per target in a sub-folder. Targets: thinktier-tiered (--policy), "
         "thinktier-single-pool (--single-pool-policy: one tier, no classifier, no budgets), and "
-        "ray-serve-llm (ray.serve.llm.build_openai_app on the same model and vLLM engine settings as a tier "
-        "of --policy, with a reasoning parser but no budgets, routing or shedding). Each target takes minutes "
-        "to start; run it on a quiet machine.",
+        "ray-serve-llm (ray.serve.llm.build_openai_app on the same model and vLLM engine settings as the "
+        "single-pool tier, with a reasoning parser but no budgets, routing, priorities or shedding; its max_tokens "
+        "is that tier's largest thinking + answer budget). The policy's slos judge every target. Each target takes "
+        "minutes to start; run it on a quiet machine.",
     )
     cmp.add_argument(
         "--policy",
@@ -311,14 +314,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="policy of the single-pool target (default policies/examples/single-pool.yaml)",
     )
     cmp.add_argument(
+        "--ray-llm-policy",
+        default=None,
+        help="policy whose tier Ray Serve LLM copies (model, vLLM engine arguments, CPU binding) (default: "
+        "--single-pool-policy, whose one engine has the total KV cache, batch slots and cores of the tiered deployment)",
+    )
+    cmp.add_argument(
         "--ray-llm-tier",
         default=None,
-        help="tier of --policy whose model and engine settings Ray Serve LLM copies (default: the reasoning tier)",
+        help="tier of --ray-llm-policy that Ray Serve LLM copies (default: its routing.reasoning_tier)",
     )
     cmp.add_argument(
         "--ray-llm-cpu-threads",
-        default=f"0-{(os.cpu_count() or 1) - 1}",
-        help="CPU tiers: cores Ray Serve LLM's engine binds to (default all cores, as the whole thinktier deployment uses)",
+        default=None,
+        help="CPU tiers: cores Ray Serve LLM's engine binds to, e.g. 0-1 (default: the copied tier's engine.cpu_threads)",
     )
     cmp.add_argument("--baseline", default="ray-serve-llm", help="target the ratios are relative to (default ray-serve-llm)")
     cmp.add_argument(

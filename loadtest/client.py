@@ -98,7 +98,7 @@ class RequestResult:
         return self.completion_tokens - (self.reasoning_tokens or 0)
 
 
-def _delta_text(delta: dict[str, Any], *names: str) -> bool:
+def _has_text(delta: dict[str, Any], *names: str) -> bool:
     return any(isinstance(delta.get(n), str) and delta[n] for n in names)
 
 
@@ -117,8 +117,8 @@ class _StreamTimer:
             return
         for choice in data.get("choices") or []:
             delta = choice.get("delta") or {}
-            thinking = _delta_text(delta, *REASONING_FIELDS)
-            answer = _delta_text(delta, "content")
+            thinking = _has_text(delta, *REASONING_FIELDS)
+            answer = _has_text(delta, "content")
             if (thinking or answer) and result.ttft_s is None:
                 result.ttft_s = now - self.t0
             if answer and result.ttfvt_s is None:

@@ -171,7 +171,8 @@ def compare(
     for target in targets:
         with started(target, port, metrics_port, options) as endpoint:
             reports[target.name], _ = measure(endpoint, spec, pool, slos, out_dir / target.name, settings)
-    result = side_by_side(reports, baseline, spec.settings())
+    policies = {f"{t.name} policy": t.policy_path + (f" (tier {t.tier})" if t.tier else "") for t in targets}
+    result = side_by_side(reports, baseline, {**spec.settings(), **policies})
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "compare.json").write_text(json.dumps(result.model_dump(mode="json", exclude={"reports"}), indent=2))
     (out_dir / "compare.md").write_text(markdown(result))

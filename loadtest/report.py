@@ -95,6 +95,7 @@ class RunReport(BaseModel):
     shape: float | None
     duration_s: float
     achieved_rate_rps: float
+    """Requests answered (served, refused or failed) per second of the run, tail included."""
     tps: float
     """Completion tokens (thinking + answer) per second of the run."""
     answer_tps: float
