@@ -1,0 +1,142 @@
+"""The GPU benchmark's CPU-side parts: workload construction from the policy, configurations, summaries."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from loadtest.gpu_bench import (
+    CONFIGS,
+    RequestRecord,
+    Sample,
+    Workload,
+    build_parser,
+    build_workload,
+    configured_tier,
+    fit_step_profile,
+    markdown_table,
+    parse_plan,
+    summarize,
+)
+from loadtest.problems import Problem
+from loadtest.workload import Mix, PromptPool
+from policies.loader import load_policy
+from policies.schema import SLO
+
+POLICY = Path(__file__).resolve().parents[1] / "policies" / "examples" / "h200-7b.yaml"
+
+
+@pytest.fixture(scope="module")
+def policy():
+    return load_policy(POLICY)
+
+
+@pytest.fixture(scope="module")
+def pool() -> PromptPool:
+    problems = [
+        Problem(f"{source}:{i}", f"{source} problem {i}", klass, source, "en")  # type: ignore[arg-type]
+        for source, klass in (("GSM8K", "easy"), ("MATH500", "medium"), ("AIME2024", "hard"))
+        for i in range(5)
+    ]
+    return PromptPool(problems, [])
+
+
+def test_workload_takes_budgets_and_priorities_from_the_policy(policy, pool) -> None:
+    workload = build_workload(policy, pool, "A", Mix.parse("easy=0.6,medium=0.25,hard=0.15"), 4.0, 0.5, 60, seed=3)
+    tier = policy.tiers["reasoning"]
+    effort = {"easy": "low", "medium": "medium", "hard": "high"}
+    assert {r.difficulty for r in workload.requests} == {"easy", "medium", "hard"}
+    for r in workload.requests:
+        budget = tier.budgets[effort[r.difficulty]]
+        assert (r.thinking_tokens, r.answer_tokens) == (budget.thinking_tokens, budget.answer_tokens)
+        assert r.priority == policy.routing.priority[r.difficulty]
+    sends = [r.send_at_s for r in workload.requests]
+    assert sends == sorted(sends) and sends[0] == 0 and sends[-1] < 60
+    assert 150 < len(sends) < 330  # 4 requests/s for 60 s
+
+
+def test_workload_is_seeded_and_survives_json(policy, pool, tmp_path) -> None:
+    mix = Mix.parse("easy=1,hard=1")
+    first = build_workload(policy, pool, "A", mix, 2.0, 1.0, 20, seed=5)
+    assert first == build_workload(policy, pool, "A", mix, 2.0, 1.0, 20, seed=5)
+    assert first != build_workload(policy, pool, "A", mix, 2.0, 1.0, 20, seed=6)
+    path = tmp_path / "w.json"
+    path.write_text(json.dumps(first.to_json()))
+    assert Workload.from_json(json.loads(path.read_text())) == first
+
+
+def test_workload_refuses_chat_prompts(policy, pool) -> None:
+    with pytest.raises(ValueError, match="drop chat"):
+        build_workload(policy, pool, "A", Mix.parse("easy=1,chat=1"), 1.0, 1.0, 10, seed=1)
+
+
+def test_configured_tier_changes_only_what_the_configuration_names(policy) -> None:
+    base = policy.tiers["reasoning"]
+    tier = configured_tier(base, CONFIGS["fp8-offload-decode-prio"], "/tmp/r1q7b", 2.0, 0.3)
+    assert tier.model == "/tmp/r1q7b"
+    assert tier.engine.kv_cache_dtype == "fp8" and tier.engine.scheduling_policy == "priority"
+    assert tier.engine.kv_offloading.enabled and tier.engine.kv_cache_memory_gib == 2.0
+    assert tier.budgets == base.budgets and tier.engine.max_num_seqs == base.engine.max_num_seqs
+    bf16 = configured_tier(base, CONFIGS["bf16"], "/m", None, 0.9)
+    assert bf16.engine.kv_cache_dtype == "bfloat16" and bf16.engine.scheduling_policy == "fcfs"
+    assert not bf16.engine.kv_offloading.enabled and bf16.engine.kv_cache_memory_gib is None
+
+
+def _sample(t: float, kv: float, preempt: int, tokens: int, stored: float = 0.0) -> Sample:
+    return Sample(t, kv, 0, 0, preempt, tokens, stored, 0.0)
+
+
+def test_summary_counts_goodput_under_the_slos_and_engine_counter_deltas() -> None:
+    slos = {"easy": SLO(ttfvt_s=1, e2e_s=2), "medium": SLO(ttfvt_s=5, e2e_s=10), "hard": SLO(ttfvt_s=10, e2e_s=20)}
+    records = [
+        RequestRecord(0, "easy", 0.0, ttft_s=0.1, ttfvt_s=0.5, e2e_s=1.5),  # meets
+        RequestRecord(1, "easy", 0.1, ttft_s=0.1, ttfvt_s=1.5, e2e_s=1.8),  # TTFVT too late
+        RequestRecord(2, "hard", 0.2, ttft_s=0.3, ttfvt_s=8.0, e2e_s=19.0),  # meets
+        RequestRecord(3, "hard", 0.3, ttft_s=0.3),  # never finished
+    ]
+    samples = [_sample(0, 0.0, 5, 1000), _sample(1, 1.0, 7, 3000, stored=2**30), _sample(2, 0.5, 9, 5000, stored=2**31)]
+    summary = summarize(records, samples, slos, wall_s=20.0, duration_s=10.0)
+    assert summary["met_slo"] == 2 and summary["goodput_rps"] == pytest.approx(0.2)
+    assert summary["finished"] == 3 and summary["per_class"]["hard"]["finished"] == 1
+    assert summary["output_tokens"] == 4000 and summary["output_tokens_per_s"] == pytest.approx(200)
+    assert summary["preemptions"] == 4 and summary["offload_store_gib"] == pytest.approx(2.0)
+    assert summary["kv_occupancy_peak"] == 1.0 and summary["kv_occupancy_mean"] == pytest.approx(0.5)
+    assert summary["per_class"]["easy"]["ttfvt_s"]["p50"] == pytest.approx(1.0)
+    assert summary["per_class"]["medium"]["sent"] == 0 and summary["per_class"]["medium"]["e2e_s"]["p99"] is None
+
+
+def test_step_profile_fit_recovers_a_linear_cost_model() -> None:
+    points = [
+        {"batch_size": b, "context_tokens": c, "step_s": 0.004 + 2e-5 * b + 3e-9 * b * c}
+        for b in (1, 8, 64, 256)
+        for c in (512, 2048, 8000)
+    ]
+    fit = fit_step_profile(points)
+    assert fit["a_s"] == pytest.approx(0.004, rel=1e-6)
+    assert fit["b_s_per_seq"] == pytest.approx(2e-5, rel=1e-6)
+    assert fit["c_s_per_seq_token"] == pytest.approx(3e-9, rel=1e-6)
+
+
+def test_plan_names_configurations_and_steps(policy, pool) -> None:
+    workloads = {"A": build_workload(policy, pool, "A", Mix.parse("easy=1"), 1.0, 1.0, 5, seed=1)}
+    assert parse_plan(["bf16:A", "fp8:A,profile"], workloads) == [("bf16", ["A"]), ("fp8", ["A", "profile"])]
+    with pytest.raises(ValueError, match="unknown configuration 'fp4'"):
+        parse_plan(["fp4:A"], workloads)
+    with pytest.raises(ValueError, match="workload names"):
+        parse_plan(["fp8:B"], workloads)
+
+
+def test_help_explains_both_steps() -> None:
+    text = build_parser().format_help()
+    assert "workload" in text and "run" in text and "GPU" in text
+
+
+def test_table_has_a_row_per_configuration_and_workload() -> None:
+    slos = {k: SLO(ttfvt_s=10, e2e_s=20) for k in ("easy", "medium", "hard")}
+    records = [RequestRecord(0, "easy", 0.0, ttft_s=0.1, ttfvt_s=0.5, e2e_s=1.5)]
+    summary = summarize(records, [_sample(0, 0.1, 0, 0), _sample(1, 0.2, 0, 768)], slos, wall_s=2.0, duration_s=1.0)
+    report = {"results": [{"config": "fp8", "kv_capacity_tokens": 74_880, "workloads": {"A": summary, "B": summary}}]}
+    rows = markdown_table([report]).splitlines()
+    assert len(rows) == 4 and rows[2].startswith("| fp8 | A | 74,880 | 384 | 1.00 | 1/1 | 0.5 / 0.5 |")
