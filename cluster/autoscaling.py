@@ -230,7 +230,8 @@ class KVAwarePolicy:
 
 
 def serve_autoscaling_config(tier: Tier) -> dict[str, Any]:
-    """The deployment's `autoscaling_config` (Serve config file form) that runs `KVAwarePolicy` on the tier's targets.
+    """The deployment's `autoscaling_config` (Serve config file form) that runs `KVAwarePolicy` on the tier's targets
+    (or, with `signal: ongoing_requests`, Ray Serve's default request-count policy).
 
     Ray Serve applies `upscale_delay_s`/`downscale_delay_s` of this config on top of any custom
     policy; they are 0 here because the policy applies the tier's own delays (with its hysteresis),
@@ -238,14 +239,18 @@ def serve_autoscaling_config(tier: Tier) -> dict[str, Any]:
     """
     targets = tier.autoscaling
     replicas = tier.replicas
-    return {
+    config = {
         "min_replicas": replicas.min,
         "max_replicas": replicas.max,
         "initial_replicas": replicas.initial if replicas.initial is not None else replicas.min,
         "metrics_interval_s": targets.metrics_interval_s,
         "look_back_period_s": LOOK_BACK_INTERVALS * targets.metrics_interval_s,
+        "target_ongoing_requests": targets.target_ongoing_requests,
+    }
+    if targets.signal == "ongoing_requests":  # Ray Serve's default policy, with the tier's delays
+        return config | {"upscale_delay_s": targets.upscale_delay_s, "downscale_delay_s": targets.downscale_delay_s}
+    return config | {
         "upscale_delay_s": 0,
         "downscale_delay_s": 0,
-        "target_ongoing_requests": targets.target_ongoing_requests,
         "policy": {"policy_function": POLICY_IMPORT_PATH, "policy_kwargs": targets.model_dump()},
     }

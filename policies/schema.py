@@ -117,6 +117,11 @@ def _default_budgets() -> dict[Effort, Budget]:
 class Autoscaling(StrictModel):
     """Targets of the KV- and straggler-aware autoscaler (per tier)."""
 
+    signal: Literal["kv_and_stragglers", "ongoing_requests"] = Field(
+        "kv_and_stragglers",
+        description="What the tier scales on: KV occupancy and stragglers (queue depth as a floor), or Ray Serve's "
+        "default ongoing-requests policy (a baseline for comparisons).",
+    )
     target_kv_occupancy: float = Field(0.7, gt=0, le=1, description="Scale up when mean KV occupancy stays above this.")
     scale_down_kv_occupancy: float = Field(0.3, ge=0, lt=1, description="Scale down only when KV occupancy stays below this.")
     max_stragglers_per_replica: float = Field(2, ge=0, description="Scale up when stragglers per replica pass this.")

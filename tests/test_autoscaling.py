@@ -262,3 +262,17 @@ def test_config_file_form_survives_rays_deployment_config_round_trip():
     policy = DeploymentConfig.from_proto_bytes(shipped).autoscaling_config.policy
     assert isinstance(policy.get_policy()(**policy.policy_kwargs), KVAwarePolicy)
     assert Autoscaling.model_validate(policy.policy_kwargs) == TARGETS
+
+
+def test_ongoing_requests_signal_is_ray_serve_default_policy_with_the_tier_delays():
+    tier = load_policy().tiers["reasoning"]
+    tier = tier.model_copy(update={
+        "replicas": Replicas(min=1, max=3),
+        "autoscaling": tier.autoscaling.model_copy(update={"signal": "ongoing_requests"}),
+    })
+    raw = serve_autoscaling_config(tier)
+    config = AutoscalingConfig(**raw)
+    assert "policy" not in raw  # Ray's default request-count policy
+    assert (config.upscale_delay_s, config.downscale_delay_s) == (tier.autoscaling.upscale_delay_s,
+                                                                  tier.autoscaling.downscale_delay_s)
+    assert config.target_ongoing_requests == tier.autoscaling.target_ongoing_requests
