@@ -16,22 +16,26 @@ from policies.loader import load_policy
 RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_DEDUP_LOGS": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
-def _status_line() -> str:
+def _status_line(app_name: str) -> str:
     """One line of deployment states, e.g. 'tier-reasoning: UPDATING, Ingress: HEALTHY'."""
     from ray import serve
 
-    app = serve.status().applications.get(APP_NAME)
+    app = serve.status().applications.get(app_name)
     if app is None:
         return "deploying"
     return ", ".join(f"{name}: {d.status.value}" for name, d in app.deployments.items())
 
 
 class LocalCluster:
-    """A local Ray + Serve running thinktier. A context manager; `url` is the HTTP endpoint."""
+    """A local Ray + Serve running thinktier. A context manager; `url` is the HTTP endpoint.
+
+    When Ray already runs in this process (a test session), the application is added to it under
+    `app_name` and `route_prefix`, and `stop()` deletes only that application."""
 
     def __init__(
         self, policy_path: str | Path | None = None, port: int | None = None, host: str | None = None,
         num_cpus: int | None = None, progress: Callable[[str], None] | None = None,
+        app_name: str = APP_NAME, route_prefix: str = "/",
     ) -> None:
         self.policy_path = str(Path(policy_path).resolve()) if policy_path else None
         self.policy = load_policy(self.policy_path)  # fail fast, before Ray starts, on a bad policy
@@ -39,10 +43,13 @@ class LocalCluster:
         self.port = port or self.policy.server.port
         self.num_cpus = num_cpus or os.cpu_count() or 2
         self.progress = progress or (lambda _line: None)
+        self.app_name = app_name
+        self.route_prefix = route_prefix
+        self._owns_ray = False
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"http://{self.host}:{self.port}{self.route_prefix.rstrip('/')}"
 
     def start(self, timeout_s: float = 600) -> LocalCluster:
         import ray
@@ -55,9 +62,11 @@ class LocalCluster:
             self.progress("starting Ray")
             ray.init(num_cpus=self.num_cpus, include_dashboard=False, log_to_driver=False,
                      runtime_env={"env_vars": RAY_ENV})
+            self._owns_ray = True
         serve.start(http_options={"host": self.host, "port": self.port})
         self.progress("deploying the application (engines take tens of seconds to load)")
-        serve._run(build_app(AppArgs(policy_path=self.policy_path)), name=APP_NAME, route_prefix="/", _blocking=False)
+        app = build_app(AppArgs(policy_path=self.policy_path))
+        serve._run(app, name=self.app_name, route_prefix=self.route_prefix, _blocking=False)
         self._wait_ready(timeout_s)
         return self
 
@@ -65,7 +74,7 @@ class LocalCluster:
         deadline = time.monotonic() + timeout_s
         last = ""
         while time.monotonic() < deadline:
-            line = _status_line()
+            line = _status_line(self.app_name)
             if line != last:
                 self.progress(line)
                 last = line
@@ -81,9 +90,13 @@ class LocalCluster:
         import ray
         from ray import serve
 
-        if ray.is_initialized():
+        if not ray.is_initialized():
+            return
+        if self._owns_ray:
             serve.shutdown()
             ray.shutdown()
+        else:
+            serve.delete(self.app_name)
 
     def __enter__(self) -> LocalCluster:
         return self.start()

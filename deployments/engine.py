@@ -55,6 +55,12 @@ class TierChunk:
     reasoning_tokens: int = 0
     answer_tokens: int = 0
     budget_forced: bool = False
+    replica: str | None = None
+    """The serving replica's id, on the first chunk (set by the Serve deployment)."""
+    first_token_s: float | None = None
+    """On the last chunk: seconds from the engine taking the request to its first token (thinking or answer)."""
+    first_visible_s: float | None = None
+    """On the last chunk: seconds from the engine taking the request to its first answer token."""
 
 
 @dataclass
@@ -226,6 +232,7 @@ class TierEngine:
         in_thinking = thinking
         reasoning_tokens = answer_tokens = 0
         budget_forced = False
+        first_token_s = first_visible_s = None
         finish: Literal["stop", "length"] | None = None
         stream = self.engine.generate(
             {"prompt_token_ids": prompt_ids}, params, request.request_id, priority=request.priority
@@ -251,6 +258,10 @@ class TierEngine:
                 else:
                     answer_tokens += len(ids)
                     chunk.content = completion.text
+                if first_token_s is None and (chunk.reasoning or chunk.content):
+                    first_token_s = time.monotonic() - running.started
+                if first_visible_s is None and chunk.content:
+                    first_visible_s = time.monotonic() - running.started
                 if answer_tokens >= request.answer_tokens and not output.finished:
                     finish = "length"
                     await self.engine.abort(request.request_id)
@@ -262,6 +273,7 @@ class TierEngine:
                     chunk.reasoning_tokens = reasoning_tokens
                     chunk.answer_tokens = answer_tokens
                     chunk.budget_forced = budget_forced
+                    chunk.first_token_s, chunk.first_visible_s = first_token_s, first_visible_s
                     yield chunk
                     return
                 if chunk.reasoning or chunk.content:

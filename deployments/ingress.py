@@ -15,7 +15,7 @@ from ray import serve
 from ray.serve.handle import DeploymentHandle
 
 from deployments import openai_api as oa
-from deployments.decision import Decision, RoutingRequest
+from deployments.decision import HEADER_PREFIX, Decision, RoutingRequest
 from deployments.engine import PromptTooLong, TierChunk, TierRequest
 from deployments.metrics import ServiceMetrics
 from deployments.replica_stats import ReplicaStats
@@ -50,6 +50,15 @@ class _Request:
         if self.first_visible is None and chunk.content:
             self.first_visible = now
             self.metrics.ttfvt.labels(self.decision.tier).observe(now - self.start)
+
+    def finished_whole(self, whole: TierChunk, dispatched: float) -> None:
+        """A non-streamed completion: first-token times are the wait until dispatch plus the engine's own."""
+        tier, waited = self.decision.tier, dispatched - self.start
+        if whole.first_token_s is not None:
+            self.metrics.ttft.labels(tier).observe(waited + whole.first_token_s)
+        if whole.first_visible_s is not None:
+            self.metrics.ttfvt.labels(tier).observe(waited + whole.first_visible_s)
+        self.finished(whole)
 
     def finished(self, last: TierChunk) -> None:
         m, tier = self.metrics, self.decision.tier
@@ -162,9 +171,15 @@ class Ingress:
             stop=parsed.stop_list,
         )
         tracker = _Request(self.metrics, decision)
-        stream = self.tiers[decision.tier].options(stream=True).generate.remote(tier_request)
+        tier = self.tiers[decision.tier]
+        model = self.policy.served_name(decision.tier)
         try:
-            first: TierChunk = await stream.__anext__()
+            if parsed.stream:
+                stream = tier.options(stream=True).generate.remote(tier_request)
+                first: TierChunk = await stream.__anext__()
+            else:
+                dispatched = time.monotonic()
+                first = await tier.generate_all.remote(tier_request)
         except Exception as exc:
             self._release(tenant)
             cause = _cause(exc)
@@ -174,17 +189,14 @@ class Ingress:
                 return JSONResponse(err.body, status_code=400)
             self.metrics.requests.labels(decision.tier, "error").inc()
             raise
-        headers = decision.headers()
-        model = self.policy.served_name(decision.tier)
+        headers = decision.headers() | {HEADER_PREFIX + "replica": first.replica or ""}
         if parsed.stream:
             body = self._sse(kind, request_id, model, first, stream, tracker, parsed.include_usage, tenant)
             return StreamingResponse(body, media_type="text/event-stream", headers=headers)
-        try:
-            whole = await self._collect(first, stream, tracker)
-        finally:
-            self._release(tenant)
+        self._release(tenant)
+        tracker.finished_whole(first, dispatched)
         make = oa.chat_completion if kind is oa.ChatCompletionRequest else oa.text_completion
-        return JSONResponse(make(request_id, model, whole), headers=headers)
+        return JSONResponse(make(request_id, model, first), headers=headers)
 
     def _release(self, tenant: str) -> None:
         self._in_flight[tenant] -= 1
@@ -198,16 +210,6 @@ class Ingress:
                 tracker.finished(chunk)
                 return
             chunk = await stream.__anext__()
-
-    async def _collect(self, first: TierChunk, stream: Any, tracker: _Request) -> TierChunk:
-        reasoning, content = [], []
-        last = first
-        async for chunk in self._chunks(first, stream, tracker):
-            reasoning.append(chunk.reasoning)
-            content.append(chunk.content)
-            last = chunk
-        last.reasoning, last.content = "".join(reasoning), "".join(content)
-        return last
 
     async def _sse(
         self, kind: type[oa.OpenAIRequest], request_id: str, model: str, first: TierChunk, stream: Any,

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
-from deployments.engine import TierChunk, TierEngine, TierRequest
+from deployments.engine import TierChunk, TierEngine, TierRequest, collect
 from policies.schema import Tier
 
 
@@ -33,8 +33,17 @@ class TierReplica:
             await asyncio.sleep(self._interval_s)
 
     async def generate(self, request: TierRequest) -> AsyncIterator[TierChunk]:
+        first = True
         async for chunk in self.engine.generate(request):
+            if first:
+                chunk.replica, first = self._replica, False
             yield chunk
+
+    async def generate_all(self, request: TierRequest) -> TierChunk:
+        """The whole completion in one reply (non-streaming clients: one RPC instead of one per step)."""
+        whole = await collect(self.engine.generate(request))
+        whole.replica = self._replica
+        return whole
 
     def record_autoscaling_stats(self) -> dict[str, float]:
         return self.engine.stats().as_metrics()

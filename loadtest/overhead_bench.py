@@ -1,9 +1,10 @@
 """What the ingress and router add over calling the vLLM engine directly, same machine, same run.
 
-Baseline: the tier's TierEngine in this process (no Ray, no HTTP), one request at a time.
-Service: the same tier behind thinktier (HTTP -> ingress -> router -> tier replica), same
-requests, same seeds, so both decode the same tokens. Reports median and p99 per request of
-end-to-end latency (non-streaming) and time to first token (streaming), and their differences.
+Baseline: the tier's TierEngine in this process (no Ray, no HTTP). Service: the same tier
+behind thinktier (HTTP -> ingress -> router -> tier replica). Requests alternate between the
+two, one at a time, with the same seeds, so both decode the same tokens under the same noise.
+Reports median and p99 per request of end-to-end latency (non-streaming) and time to first
+token (streaming), and their differences.
 """
 
 from __future__ import annotations
@@ -60,65 +61,70 @@ class OverheadResult:
 
 def _request(i: int, answer_tokens: int) -> TierRequest:
     return TierRequest(
-        request_id=f"bench-{i}", thinking_tokens=0, answer_tokens=answer_tokens, temperature=0.0, seed=i,
+        request_id=f"bench-{i}",
+        thinking_tokens=0,
+        answer_tokens=answer_tokens,
+        temperature=0.0,
+        seed=max(i, 0),
         messages=({"role": "user", "content": PROMPT},),
     )
 
 
-async def _direct(engine: TierEngine, n: int, answer_tokens: int) -> tuple[list[float], list[float]]:
-    e2e, ttft = [], []
-    for i in tqdm(range(n), desc="direct engine", unit="req"):
-        start = time.perf_counter()
-        first = None
-        async for chunk in engine.generate(_request(i, answer_tokens)):
-            if first is None and chunk.content:
+async def _direct_once(engine: TierEngine, i: int, answer_tokens: int) -> tuple[float, float]:
+    start = time.perf_counter()
+    first = None
+    async for chunk in engine.generate(_request(i, answer_tokens)):
+        if first is None and chunk.content:
+            first = time.perf_counter() - start
+    elapsed = time.perf_counter() - start
+    return elapsed, first if first is not None else elapsed
+
+
+async def _service_once(client: httpx.AsyncClient, model: str, i: int, answer_tokens: int) -> tuple[float, float]:
+    body = {"model": model, "messages": [{"role": "user", "content": PROMPT}], "max_tokens": answer_tokens,
+            "temperature": 0.0, "seed": i}
+    start = time.perf_counter()
+    (await client.post("/v1/chat/completions", json=body)).raise_for_status()
+    elapsed = time.perf_counter() - start
+    start = time.perf_counter()
+    first = None
+    async with client.stream("POST", "/v1/chat/completions", json=body | {"stream": True}) as response:
+        async for line in response.aiter_lines():
+            if first is None and line.startswith("data: {") and '"content": "' in line and '"content": ""' not in line:
                 first = time.perf_counter() - start
-        e2e.append(time.perf_counter() - start)
-        ttft.append(first if first is not None else e2e[-1])
-    return e2e, ttft
+    return elapsed, first if first is not None else elapsed
 
 
-def measure_direct(policy_path: str, tier: str, n: int, answer_tokens: int) -> tuple[list[float], list[float]]:
-    policy = load_policy(policy_path)
-    os.environ.update(engine_env(policy.tiers[tier]))
-    engine = TierEngine(tier, policy.tiers[tier])
-    try:
-        asyncio.run(_direct(engine, 3, answer_tokens))  # warm, as the replica is warmed before serving
-        return asyncio.run(_direct(engine, n, answer_tokens))
-    finally:
-        engine.shutdown()
+async def _interleaved(engine: TierEngine, url: str, model: str, n: int, answer_tokens: int) -> dict[str, list[float]]:
+    """Direct and service requests alternate, one at a time, so machine noise hits both sides alike.
 
-
-def measure_service(url: str, model: str, n: int, answer_tokens: int) -> tuple[list[float], list[float]]:
-    e2e, ttft = [], []
-    with httpx.Client(base_url=url, timeout=120) as client:
-        for i in tqdm(range(-3, n), desc="through thinktier", unit="req"):
-            body = {"model": model, "messages": [{"role": "user", "content": PROMPT}], "max_tokens": answer_tokens,
-                    "temperature": 0.0, "seed": max(i, 0)}
-            start = time.perf_counter()
-            client.post("/v1/chat/completions", json=body).raise_for_status()
-            elapsed = time.perf_counter() - start
-            start = time.perf_counter()
-            first = None
-            with client.stream("POST", "/v1/chat/completions", json=body | {"stream": True}) as response:
-                for line in response.iter_lines():
-                    if first is None and line.startswith("data: {") and '"content": "' in line and '"content": ""' not in line:
-                        first = time.perf_counter() - start
-            if i >= 0:  # the first three warm the path
-                e2e.append(elapsed)
-                ttft.append(first if first is not None else elapsed)
-    return e2e, ttft
+    One event loop throughout: the engine's output handler lives on the loop that first used it."""
+    samples: dict[str, list[float]] = {"direct_e2e": [], "direct_ttft": [], "service_e2e": [], "service_ttft": []}
+    async with httpx.AsyncClient(base_url=url, timeout=120) as client:
+        for i in tqdm(range(-3, n), desc="direct / through thinktier, alternating", unit="pair"):
+            seed = max(i, 0)
+            direct = await _direct_once(engine, seed, answer_tokens)
+            service = await _service_once(client, model, seed, answer_tokens)
+            if i >= 0:  # the first three pairs warm both paths
+                samples["direct_e2e"].append(direct[0])
+                samples["direct_ttft"].append(direct[1])
+                samples["service_e2e"].append(service[0])
+                samples["service_ttft"].append(service[1])
+    return samples
 
 
 def run(policy_path: str, tier: str, n: int, answer_tokens: int, out_dir: Path) -> OverheadResult:
     policy = load_policy(policy_path)
-    direct_e2e, direct_ttft = measure_direct(policy_path, tier, n, answer_tokens)
     with LocalCluster(policy_path, port=18765, progress=lambda line: print(f"[cluster] {line}", flush=True)) as cluster:
-        service_e2e, service_ttft = measure_service(cluster.url, policy.served_name(tier), n, answer_tokens)
+        os.environ.update(engine_env(policy.tiers[tier]))  # the same engine settings as the tier's replica
+        engine = TierEngine(tier, policy.tiers[tier])
+        try:
+            samples = asyncio.run(_interleaved(engine, cluster.url, policy.served_name(tier), n, answer_tokens))
+        finally:
+            engine.shutdown()
     result = OverheadResult(
         tier=tier, requests=n, answer_tokens=answer_tokens,
-        direct_e2e=Summary.of(direct_e2e), service_e2e=Summary.of(service_e2e),
-        direct_ttft=Summary.of(direct_ttft), service_ttft=Summary.of(service_ttft),
+        **{name: Summary.of(values) for name, values in samples.items()},
     )
     write(result, policy_path, out_dir)
     return result
@@ -140,7 +146,7 @@ def write(result: OverheadResult, policy_path: str, out_dir: Path) -> None:
     lines = [
         "# Serving overhead: thinktier (HTTP, ingress, router, tier replica) vs the engine called directly",
         "",
-        f"`{data['command']}`: {result.requests} sequential requests, {result.answer_tokens} answer tokens, same seeds.",
+        f"`{data['command']}`: {result.requests} alternating request pairs, {result.answer_tokens} answer tokens, same seeds.",
         "",
         "| latency per request | direct median | direct p99 | thinktier median | thinktier p99 | added median | added p99 |",
         "|---|---|---|---|---|---|---|",

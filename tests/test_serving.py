@@ -184,7 +184,10 @@ def test_live_reload_applies_good_edits_and_keeps_serving_through_bad_ones(servi
         assert metric("rejected") == rejected + 1
         served_policy_file.write_text(original.replace("low: {thinking_tokens: 8", "low: {thinking_tokens: 3"))
         eventually("3")
-        assert metric("applied") >= 1
+        deadline = time.monotonic() + 10  # the ingress watches the file too, on its own clock
+        while metric("applied") < 1:
+            assert time.monotonic() < deadline, "the applied reload is not counted on /metrics"
+            time.sleep(0.5)
     finally:
         served_policy_file.write_text(original)
     eventually("8")
