@@ -1,9 +1,10 @@
 """Ray Serve LLM's OpenAI app (`ray.serve.llm.build_openai_app`) on the same model and vLLM engine settings
 as a thinktier tier: the peer that `thinktier loadtest compare` measures against.
 
-It gets the tier's engine arguments (dtype, lengths, batch size, KV cache size, prefix caching, eager mode,
-thread binding on CPU) and a reasoning parser when the tier thinks, and nothing that is thinktier's own:
-no difficulty routing, no thinking budgets, no priority scheduling, no shedding.
+It gets the tier's vLLM engine arguments (the same function builds them as for thinktier's own engines), its
+thread binding on CPU, and on a thinking tier the same prompt (thinking opened after the chat template) and a
+reasoning parser; nothing that is thinktier's own: no difficulty routing, no thinking budgets, no request
+priorities, no shedding.
 """
 
 from __future__ import annotations
@@ -17,10 +18,13 @@ from typing import Any
 import httpx
 
 from cluster.models import resolve_model
+from deployments.engine import engine_kwargs
 from policies.schema import Tier
 
 REASONING_PARSER = "deepseek_r1"
-"""Splits `<think>...</think>` into the `reasoning` field, as the tier's own parser does."""
+"""Reads the text up to the closing think token as `reasoning`, the opening one being in the prompt, as on R1 models."""
+THINKTIER_ONLY_ENGINE_ARGS = ("model", "scheduling_policy")
+"""Not passed on: Ray Serve LLM names the model itself, and it sets no request priorities to schedule by."""
 
 
 @dataclass(frozen=True)
@@ -34,37 +38,42 @@ class RayLLMSettings:
     num_cpus: float = 1.0
 
 
+def thinking_chat_template(model_path: str, think_start: str) -> str | None:
+    """The model's chat template with the thinking section opened after the generation prompt, as thinktier's
+    reasoning tier renders prompts; None when the template already opens it (R1-style models)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    opened = think_start + "\n"
+    rendered = tokenizer.apply_chat_template([{"role": "user", "content": "x"}], tokenize=False, add_generation_prompt=True)
+    if rendered.endswith(opened):
+        return None
+    return tokenizer.chat_template + "{% if add_generation_prompt %}" + opened + "{% endif %}"
+
+
 def settings_from_tier(tier: Tier, model_id: str = "ray-llm", cpu_threads: str | None = None) -> RayLLMSettings:
-    """Ray Serve LLM settings equivalent to one replica of `tier`; `cpu_threads` overrides the tier's binding
-    on CPU (give the peer as many cores as the whole thinktier deployment uses)."""
-    engine = tier.engine
-    kwargs: dict[str, Any] = {
-        "dtype": engine.dtype,
-        "max_model_len": engine.max_model_len,
-        "max_num_seqs": engine.max_num_seqs,
-        "enable_prefix_caching": engine.enable_prefix_caching,
-        "enforce_eager": engine.enforce_eager,
-        "kv_cache_dtype": engine.kv_cache_dtype,
-    }
-    optional = {
-        "max_num_batched_tokens": engine.max_num_batched_tokens,
-        "block_size": engine.block_size,
-        "kv_cache_memory_bytes": int(engine.kv_cache_memory_gib * 2**30) if engine.kv_cache_memory_gib else None,
-        "reasoning_parser": REASONING_PARSER if tier.thinking else None,
-    }
-    kwargs.update({k: v for k, v in optional.items() if v is not None})
+    """Ray Serve LLM settings equivalent to one replica of `tier`; `cpu_threads` overrides the tier's binding."""
+    model_path = resolve_model(tier.model)
+    kwargs = {k: v for k, v in engine_kwargs(tier, model_path).items() if k not in THINKTIER_ONLY_ENGINE_ARGS}
+    if tier.thinking:
+        kwargs["reasoning_parser"] = REASONING_PARSER
+        template = thinking_chat_template(model_path, tier.think_start)
+        if template is not None:
+            kwargs["chat_template"] = template
     if tier.pool.accelerator == "gpu":
-        kwargs["tensor_parallel_size"] = engine.tensor_parallel_size
-        if engine.kv_cache_memory_gib is None:
-            kwargs["gpu_memory_utilization"] = engine.gpu_memory_utilization
-        return RayLLMSettings(
-            resolve_model(tier.model), model_id, kwargs, accelerator="gpu", accelerator_type=tier.pool.accelerator_type
-        )
-    threads = cpu_threads or engine.cpu_threads
-    env = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+        return RayLLMSettings(model_path, model_id, kwargs, accelerator="gpu", accelerator_type=tier.pool.accelerator_type)
+    env = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
+    threads = cpu_threads or tier.engine.cpu_threads
     if threads:
         env["VLLM_CPU_OMP_THREADS_BIND"] = threads
-    return RayLLMSettings(resolve_model(tier.model), model_id, kwargs, env=env, num_cpus=tier.pool.num_cpus)
+    return RayLLMSettings(model_path, model_id, kwargs, env=env, num_cpus=tier.pool.num_cpus)
+
+
+def serving_args(settings: RayLLMSettings) -> dict[str, Any]:
+    """The `LLMServingArgs` (as the dict `build_openai_app` validates) for `settings`. The OpenAI ingress asks
+    Ray for no CPU, like Ray Serve LLM's own request router: it is a thin proxy, and its default of one whole
+    CPU does not fit beside the engine on a small machine."""
+    return {"llm_configs": [llm_config(settings)], "ingress_deployment_config": {"ray_actor_options": {"num_cpus": 0}}}
 
 
 def llm_config(settings: RayLLMSettings) -> dict[str, Any]:
@@ -118,7 +127,7 @@ class RayLLMApp:
         )
         try:
             serve.start(http_options={"host": "127.0.0.1", "port": self.port})
-            app = build_openai_app({"llm_configs": [llm_config(self.settings)]})
+            app = build_openai_app(serving_args(self.settings))
             serve.run(app, name=self.APP_NAME, route_prefix="/", blocking=False)
             self._wait_ready()
         except BaseException:
