@@ -16,7 +16,7 @@ from policies.schema import Policy, Tier
 APP_NAME = "thinktier"
 APP_IMPORT_PATH = "deployments.app:build_app"
 INGRESS = "Ingress"
-ROUTER = "Router"
+LOAD_BOARD = "LoadBoard"
 CLASSIFIER = "DifficultyClassifier"
 GIB = 1 << 30
 
@@ -81,7 +81,7 @@ def deployment_options(policy: Policy, in_pools: bool = False) -> dict[str, dict
     light = {"ray_actor_options": {"num_cpus": 0.05}, "graceful_shutdown_timeout_s": 2}
     options: dict[str, dict[str, Any]] = {
         INGRESS: {"name": INGRESS, "max_ongoing_requests": 1024, **light},
-        ROUTER: {"name": ROUTER, "max_ongoing_requests": 1024, **light},
+        LOAD_BOARD: {"name": LOAD_BOARD, "max_ongoing_requests": 1024, **light},
     }
     if policy.routing.classifier.enabled:
         options[CLASSIFIER] = {"name": CLASSIFIER, "max_ongoing_requests": 256, **light}

@@ -11,11 +11,15 @@ from typing import Any
 from pydantic import BaseModel
 from ray.serve import Application
 
-from cluster.serve_config import CLASSIFIER, INGRESS, ROUTER, deployment_options, tier_deployment_name
+from cluster.serve_config import CLASSIFIER, INGRESS, LOAD_BOARD, deployment_options, tier_deployment_name
 from deployments.ingress import Ingress
-from deployments.router import Router
+from deployments.load_board import LoadBoard
 from deployments.tier import TierReplica
 from policies.loader import load_policy
+from policies.schema import Policy
+
+STALE_AFTER_INTERVALS = 5
+"""A replica missing this many stats reports is taken for gone."""
 
 
 class AppArgs(BaseModel):
@@ -34,9 +38,13 @@ def build_app(args: dict[str, Any] | AppArgs) -> Application:
         from deployments.classifier import DifficultyClassifier
 
         classifier = DifficultyClassifier.options(**options[CLASSIFIER]).bind(policy.routing.classifier)
-    router = Router.options(**options[ROUTER]).bind(policy, args.policy_path, classifier)
+    board = LoadBoard.options(**options[LOAD_BOARD]).bind(STALE_AFTER_INTERVALS * _longest_interval(policy))
     tiers = {
-        name: TierReplica.options(**options[tier_deployment_name(name)]).bind(name, tier, router)
+        name: TierReplica.options(**options[tier_deployment_name(name)]).bind(name, tier, board)
         for name, tier in policy.tiers.items()
     }
-    return Ingress.options(**options[INGRESS]).bind(policy, args.policy_path, router, tiers)
+    return Ingress.options(**options[INGRESS]).bind(policy, args.policy_path, board, tiers, classifier)
+
+
+def _longest_interval(policy: Policy) -> float:
+    return max(tier.autoscaling.metrics_interval_s for tier in policy.tiers.values())

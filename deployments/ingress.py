@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import time
 import uuid
@@ -19,7 +21,7 @@ from deployments.decision import HEADER_PREFIX, Decision, RoutingRequest
 from deployments.engine import PromptTooLong, TierChunk, TierRequest
 from deployments.metrics import ServiceMetrics
 from deployments.replica_stats import ReplicaStats
-from deployments.routing import Overloaded
+from deployments.routing import Overloaded, TierLoad, decide
 from policies.loader import DEFAULT_POLICY
 from policies.schema import Policy
 from policies.watcher import PolicyChange, PolicyWatcher
@@ -73,21 +75,36 @@ class _Request:
 @serve.deployment
 @serve.ingress(app)
 class Ingress:
-    def __init__(
-        self, policy: Policy, policy_path: str | None, router: DeploymentHandle, tiers: dict[str, DeploymentHandle]
+    """Validates, authenticates and routes (deployments/routing.py, in this process: no extra hop), then
+    streams from the chosen tier. Tier load comes from the LoadBoard, refreshed in the background."""
+
+    async def __init__(
+        self, policy: Policy, policy_path: str | None, board: DeploymentHandle, tiers: dict[str, DeploymentHandle],
+        classifier: DeploymentHandle | None = None,
     ) -> None:
         self.policy = policy
-        self.router = router
+        self.board = board
         self.tiers = tiers
+        self.classifier = classifier
         self._replica_stats: dict[str, dict[str, ReplicaStats]] = {}
         self._in_flight: dict[str, int] = {}
-        # The router watches the same file for routing; this one keeps tenants and limits current here.
         self._watcher = PolicyWatcher(policy_path or DEFAULT_POLICY, self._reload, policy=policy)
         self._watcher.start()
         self.metrics = ServiceMetrics(lambda: self._replica_stats, lambda: self._watcher.reloads)
+        self._refresher = asyncio.get_running_loop().create_task(self._refresh_loads())
 
     def _reload(self, policy: Policy, change: PolicyChange) -> None:
         self.policy = policy
+
+    async def _refresh_loads(self) -> None:
+        interval = min(tier.autoscaling.metrics_interval_s for tier in self.policy.tiers.values())
+        while True:
+            with contextlib.suppress(Exception):  # the board may be restarting; routing uses the last view meanwhile
+                self._replica_stats = await self.board.replica_stats.remote()
+            await asyncio.sleep(interval)
+
+    def _loads(self) -> dict[str, TierLoad]:
+        return {tier: TierLoad(tuple(replicas.values())) for tier, replicas in self._replica_stats.items()}
 
     # ---- helpers -------------------------------------------------------------------------------------------------
 
@@ -130,15 +147,15 @@ class Ingress:
             max_answer_tokens=parsed.answer_cap,  # type: ignore[attr-defined]
             tenant=tenant,
         )
+        difficulty = None
+        if self.classifier is not None and self.policy.routing.classifier.enabled:
+            difficulty = await self.classifier.score.remote(routing.prompt)
         try:
-            decision: Decision = await self.router.decide.remote(routing)
-        except Exception as exc:
-            cause = _cause(exc)
-            if isinstance(cause, Overloaded):
-                self.metrics.requests.labels("none", "shed").inc()
-                raise oa.APIError(429, str(cause), "rate_limit_error", code="overloaded",
-                                  headers={"Retry-After": str(cause.retry_after_s)}) from None
-            raise
+            decision = decide(self.policy, routing, difficulty, self._loads())
+        except Overloaded as shed:
+            self.metrics.requests.labels("none", "shed").inc()
+            raise oa.APIError(429, str(shed), "rate_limit_error", code="overloaded",
+                              headers={"Retry-After": str(shed.retry_after_s)}) from None
         self.metrics.decisions.labels(decision.tier, decision.effort, decision.reason).inc()
         if decision.degraded:
             self.metrics.degraded.labels(decision.degraded.split(":")[0]).inc()
@@ -259,12 +276,12 @@ class Ingress:
 
     @app.get("/readyz")
     async def readyz(self) -> JSONResponse:
-        stats = await self.router.replica_stats.remote()
+        stats = await self.board.replica_stats.remote()
         tiers = {tier: len(stats.get(tier, {})) for tier in self.policy.tiers}
         ready = all(tiers.values())
         return JSONResponse({"ready": ready, "replicas": tiers}, status_code=200 if ready else 503)
 
     @app.get("/metrics")
     async def metrics_text(self) -> PlainTextResponse:
-        self._replica_stats = await self.router.replica_stats.remote()
+        self._replica_stats = await self.board.replica_stats.remote()
         return PlainTextResponse(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)

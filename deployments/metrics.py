@@ -2,7 +2,7 @@
 
 Request-level metrics are observed by the ingress, which sees every stream from start
 to end. Engine-level figures (KV occupancy, running/waiting, stragglers, preemptions)
-are pushed by the tier replicas to the router; the ingress reads them at scrape time.
+are pushed by the tier replicas to the LoadBoard; the ingress reads them at scrape time.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ class _ReloadCollector(Collector):
 
 
 class _EngineCollector(Collector):
-    """Per-replica engine figures, read from the router's latest reports at scrape time."""
+    """Per-replica engine figures, from the LoadBoard's latest reports."""
 
     def __init__(self, replica_stats: Callable[[], dict[str, dict[str, ReplicaStats]]]) -> None:
         self._replica_stats = replica_stats

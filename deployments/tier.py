@@ -15,12 +15,12 @@ from policies.schema import Tier
 
 @serve.deployment
 class TierReplica:
-    """One vLLM engine; streams TierChunks and pushes ReplicaStats to the router every interval."""
+    """One vLLM engine; streams TierChunks and pushes ReplicaStats to the load board every interval."""
 
-    async def __init__(self, name: str, tier: Tier, router: DeploymentHandle) -> None:
+    async def __init__(self, name: str, tier: Tier, board: DeploymentHandle) -> None:
         self.name = name
         self.engine = TierEngine(name, tier)
-        self._router = router
+        self._board = board
         self._replica = serve.get_replica_context().replica_id.unique_id
         self._interval_s = tier.autoscaling.metrics_interval_s
         await self.engine.warmup()  # the replica counts as started (and the tier as ready) once it has decoded
@@ -28,8 +28,8 @@ class TierReplica:
 
     async def _report_forever(self) -> None:
         while True:
-            with contextlib.suppress(Exception):  # the router may be restarting; the next report catches up
-                await self._router.report.remote(self.name, self._replica, self.engine.stats())
+            with contextlib.suppress(Exception):  # the board may be restarting; the next report catches up
+                await self._board.report.remote(self.name, self._replica, self.engine.stats())
             await asyncio.sleep(self._interval_s)
 
     async def generate(self, request: TierRequest) -> AsyncIterator[TierChunk]:

@@ -35,11 +35,9 @@ def scaling_app(serving_cluster: object, tmp_path_factory: pytest.TempPathFactor
     app.stop()
 
 
-def running_replicas(deployment: str = "tier-reasoning") -> int:
-    from ray import serve
-
-    status = serve.status().applications["scaling"].deployments[deployment]
-    return status.replica_states.get("RUNNING", 0)
+def running_replicas(url: str) -> int:
+    """Reasoning replicas that run and report their engine's stats (what /readyz counts)."""
+    return httpx.get(f"{url}/readyz", timeout=30).json()["replicas"]["reasoning"]
 
 
 def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
@@ -92,7 +90,7 @@ def metric_max(url: str, name: str, tier: str) -> float:
 
 def test_kv_pressure_degrades_sheds_scales_up_steers_and_scales_down(scaling_app: tuple[str, Path]) -> None:
     url, policy = scaling_app
-    assert running_replicas() == 1
+    assert running_replicas(url) == 1
     with LongLoad(url) as load:
         # Saturated (KV past 0.7 on the only replica): high effort shrinks to the low budget, low effort goes to chat.
         wait_for(lambda: metric_max(url, "thinktier_kv_cache_occupancy_ratio", "reasoning") >= 0.7, 120, "KV pressure")
@@ -111,9 +109,9 @@ def test_kv_pressure_degrades_sheds_scales_up_steers_and_scales_down(scaling_app
             policy.write_text(original)
         wait_for(lambda: metric_max(url, "thinktier_stragglers", "reasoning") >= 1, 60, "stragglers (past 120 thinking tokens)")
 
-        wait_for(lambda: running_replicas() == 2, 300, "the KV-aware autoscaler to add a replica")
+        wait_for(lambda: running_replicas(url) == 2, 300, "the KV-aware autoscaler to add a replica")
         scaled_at = time.monotonic()
         wait_for(lambda: sum(sent > scaled_at for sent, _ in load.served) >= 8, 180, "requests after the scale-up")
     after = [replica for sent, replica in load.served if sent > scaled_at][:8]
     assert sum(replica != old for replica in after) >= 6, f"new requests should avoid the full replica {old}: {after}"
-    wait_for(lambda: running_replicas() == 1, 180, "the scale-down after the load ended")
+    wait_for(lambda: running_replicas(url) == 1, 180, "the scale-down after the load ended")
