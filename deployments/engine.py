@@ -304,12 +304,9 @@ class TierEngine:
             num_stragglers=stragglers,
             num_long_running=sum(1 for r in self._running.values() if r.difficulty == "hard"),
             num_preemptions_total=self._stats.num_preemptions_total,
+            prefix_cache_queries_total=self._stats.prefix_cache_queries_total,
+            prefix_cache_hits_total=self._stats.prefix_cache_hits_total,
         )
-
-    @property
-    def prefix_cache_hit_ratio(self) -> float:
-        queries = self._stats.prefix_cache_queries_total
-        return self._stats.prefix_cache_hits_total / queries if queries else 0.0
 
     async def warmup(self) -> None:
         """One short decode so the first client request does not pay for lazy initialisation."""

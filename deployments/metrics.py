@@ -82,6 +82,12 @@ class _EngineCollector(Collector):
         waiting = GaugeMetricFamily(f"{PREFIX}requests_waiting", "Requests queued in the replica's engine.", labels=labels)
         stragglers = GaugeMetricFamily(f"{PREFIX}stragglers", "Running requests past the straggler limit.", labels=labels)
         preemptions = CounterMetricFamily(f"{PREFIX}preemptions", "Engine preemptions on the replica.", labels=labels)
+        cache_queries = CounterMetricFamily(
+            f"{PREFIX}prefix_cache_queries", "Prompt tokens looked up in the replica's prefix cache.", labels=labels
+        )
+        cache_hits = CounterMetricFamily(
+            f"{PREFIX}prefix_cache_hits", "Prompt tokens found in the replica's prefix cache.", labels=labels
+        )
         for tier, replicas in self._replica_stats().items():
             for replica, stats in replicas.items():
                 key = [tier, replica]
@@ -90,4 +96,6 @@ class _EngineCollector(Collector):
                 waiting.add_metric(key, stats.num_waiting)
                 stragglers.add_metric(key, stats.num_stragglers)
                 preemptions.add_metric(key, stats.num_preemptions_total)
-        yield from (kv, running, waiting, stragglers, preemptions)
+                cache_queries.add_metric(key, stats.prefix_cache_queries_total)
+                cache_hits.add_metric(key, stats.prefix_cache_hits_total)
+        yield from (kv, running, waiting, stragglers, preemptions, cache_queries, cache_hits)

@@ -19,6 +19,10 @@ class ReplicaStats:
     num_long_running: int = 0
     """Running requests of the hard class (the ones that will grow long)."""
     num_preemptions_total: int = 0
+    prefix_cache_queries_total: int = 0
+    """Prompt tokens looked up in the prefix cache since the engine started."""
+    prefix_cache_hits_total: int = 0
+    """Of those, tokens found in the cache."""
 
     def as_metrics(self) -> dict[str, float]:
         return {k: float(v) for k, v in asdict(self).items()}
