@@ -18,12 +18,16 @@ from typing import Any
 import helm_python
 import jsonschema
 import kubernetes_validate
+import prometheus_client
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from cluster import cli
 from cluster.helm_values import POLICY_PATH, render_helm_values
 from cluster.serve_config import pool_resource, serve_config
+from deployments.metrics import PREFIX, ServiceMetrics
+from deployments.replica_stats import ReplicaStats
 from policies.loader import load_policy
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -266,27 +270,113 @@ def test_a_routing_edit_changes_only_the_configmap(render: Render, tmp_path: Pat
 
 def test_service_monitor_only_where_the_prometheus_operator_api_exists(render: Render) -> None:
     assert "ServiceMonitor" not in {o["kind"] for o in render(*PRODUCTION)}
-    monitor = _one(render(*PRODUCTION, api_versions=(SERVICE_MONITOR_API,)), "ServiceMonitor")
-    service = _one(render(*PRODUCTION), "Service", "thinktier-metrics")
-    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
-    assert monitor["spec"]["endpoints"][0]["port"] == service["spec"]["ports"][0]["name"]
+    objects = render(*PRODUCTION, api_versions=(SERVICE_MONITOR_API,))
+    monitor = _one(objects, "ServiceMonitor")
+    selected = [
+        s
+        for s in objects
+        if s["kind"] == "Service" and monitor["spec"]["selector"]["matchLabels"].items() <= s["metadata"]["labels"].items()
+    ]
+    ports = [port["name"] for service in selected for port in service["spec"]["ports"]]
+    # Each endpoint scrapes exactly one port of one selected Service.
+    assert sorted(ports) == sorted(e["port"] for e in monitor["spec"]["endpoints"]) == ["ingress-metrics", "metrics"]
+    assert all(e["path"] == "/metrics" for e in monitor["spec"]["endpoints"])
 
 
-def test_dashboard_covers_what_operators_watch(render: Render) -> None:
+def _pods(rayservice: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Pod templates of the Ray cluster by group ("head" and each worker group)."""
+    cluster = rayservice["spec"]["rayClusterConfig"]
+    return {"head": cluster["headGroupSpec"]["template"]} | {
+        name: group["template"] for name, group in _workers(rayservice).items()
+    }
+
+
+def _selects(service: dict[str, Any], pod: dict[str, Any]) -> bool:
+    return service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+
+
+def test_metrics_services_reach_the_agents_everywhere_and_the_ingress_once(render: Render) -> None:
+    """The metrics agent runs on every pod; the ingress's /metrics is reached through the head's Serve proxy
+    only, because every pod runs a proxy and scraping each would count the ingress's counters once per pod."""
+    objects = render(*PRODUCTION)
+    pods = _pods(_one(objects, "RayService"))
+    agents = _one(objects, "Service", "thinktier-metrics")
+    ingress = _one(objects, "Service", "thinktier-ingress-metrics")
+    assert agents["spec"]["clusterIP"] == ingress["spec"]["clusterIP"] == "None"
+    assert sorted(group for group, pod in pods.items() if _selects(agents, pod)) == sorted(pods)
+    assert [group for group, pod in pods.items() if _selects(ingress, pod)] == ["head"]
+    values = _values(CHART / "values.yaml", *PRODUCTION)
+    (port,) = ingress["spec"]["ports"]
+    assert port["port"] == values["servePort"]
+    head_ports = {p["name"]: p["containerPort"] for p in pods["head"]["spec"]["containers"][0]["ports"]}
+    assert head_ports[port["targetPort"]] == values["servePort"]
+    (agent_port,) = agents["spec"]["ports"]
+    assert head_ports[agent_port["targetPort"]] == values["monitoring"]["metricsPort"]
+
+
+def _dashboard_exprs(render: Render) -> list[str]:
     configmap = _one(render(*DEFAULT), "ConfigMap", "thinktier-dashboard")
     assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"
     dashboard = yaml.safe_load(configmap["data"]["thinktier.json"])
-    exprs = " ".join(t["expr"] for p in dashboard["panels"] for t in p["targets"])
-    for metric in (
-        "thinktier_thinking_tokens_bucket",
-        "thinktier_ttfvt_seconds_bucket",
-        "thinktier_kv_occupancy_ratio",
-        "thinktier_stragglers",
-        "thinktier_budget_forced_endings_total",
-        "thinktier_prefix_cache_hits_total",
-        "serve_deployment_replica_healthy",
+    return [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+
+
+def test_dashboard_covers_what_operators_watch(render: Render) -> None:
+    exprs = _dashboard_exprs(render)
+    for wanted in (
+        r"histogram_quantile\(0\.(5|9|99), sum by \(tier, le\) \(rate\(thinktier_request_thinking_tokens_bucket",
+        r"histogram_quantile\(0\.(5|99), sum by \(tier, le\) \(rate\(thinktier_time_to_first_visible_token_seconds_bucket",
+        r"avg by \(tier\) \(thinktier_kv_cache_occupancy_ratio\)",
+        r"max by \(tier\) \(thinktier_kv_cache_occupancy_ratio\)",
+        r"sum by \(tier\) \(thinktier_stragglers\)",
+        r"sum by \(tier\) \(rate\(thinktier_budget_forced_endings_total",
+        r"thinktier_prefix_cache_hits_total.* / sum by \(tier\) \(rate\(thinktier_prefix_cache_queries_total",
+        r"ray_serve_deployment_replica_healthy",
+        r"sum by \(tier, outcome\) \(rate\(thinktier_requests_total",
+        r"sum by \(mode\) \(rate\(thinktier_degraded_requests_total",
+        r'thinktier_requests_total\{outcome="shed"\}',
     ):
-        assert metric in exprs
+        assert any(re.search(wanted, expr) for expr in exprs), f"no dashboard query matches {wanted}"
+
+
+# A PromQL metric name in an expression, outside quoted label values.
+_METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+_HISTOGRAM_SERIES = re.compile(r"_(bucket|sum|count)$")
+
+
+def _exported_metric_names() -> set[str]:
+    """Sample names in the real /metrics exposition of the ingress, with every metric observed once."""
+    metrics = ServiceMetrics(
+        lambda: {"reasoning": {"tier-reasoning#abc": ReplicaStats(kv_occupancy=0.5, num_running=2, num_waiting=1)}},
+        lambda: {"applied": 1},
+    )
+    for histogram in (metrics.ttft, metrics.ttfvt, metrics.e2e, metrics.thinking_tokens, metrics.answer_tokens):
+        histogram.labels("reasoning").observe(1.0)
+    metrics.requests.labels("reasoning", "ok").inc()
+    metrics.decisions.labels("reasoning", "high", "classifier").inc()
+    metrics.degraded.labels("budget").inc()
+    metrics.budget_forced.labels("reasoning").inc()
+    text = prometheus_client.generate_latest(metrics.registry).decode()
+    return {sample.name for family in text_string_to_metric_families(text) for sample in family.samples}
+
+
+def test_dashboard_queries_only_metrics_the_service_exports(render: Render) -> None:
+    """A renamed metric in deployments/metrics.py, or a guessed name in the dashboard, fails here."""
+    exported = {_HISTOGRAM_SERIES.sub("", name) for name in _exported_metric_names()}
+    queried = {
+        _HISTOGRAM_SERIES.sub("", name)
+        for expr in _dashboard_exprs(render)
+        for name in _METRIC_NAME.findall(re.sub(r'"[^"]*"', "", expr))
+        if "thinktier" in name
+    }
+    assert queried, "the dashboard queries no thinktier metric"
+    misprefixed = sorted(name for name in queried if not name.startswith(PREFIX))
+    assert misprefixed == [], f"thinktier metrics are served by the ingress with no ray_ prefix: {misprefixed}"
+    missing = sorted(queried - exported)
+    assert missing == [], (
+        f"the dashboard queries {missing}, which deployments/metrics.py does not export; it exports "
+        f"{sorted(name for name in exported if not name.endswith('_created'))}"
+    )
 
 
 def test_api_keys_secret_from_values_and_missing_key_is_refused(render: Render) -> None:
