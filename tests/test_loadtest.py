@@ -20,14 +20,19 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 from starlette.routing import Route
 
 from cluster.local import LocalCluster
+from deployments.engine import engine_kwargs
 from loadtest.client import RequestOptions, RequestResult
+from loadtest.compare import markdown as compare_markdown
+from loadtest.compare import side_by_side
 from loadtest.measure import LoadSpec, measure
-from loadtest.metrics_scraper import THINKTIER_METRICS, parse_tiers
-from loadtest.report import class_stats
-from loadtest.runner import RunSettings, Target, run_closed_loop
+from loadtest.metrics_scraper import THINKTIER_METRICS, MetricsTimeline, parse_tiers
+from loadtest.ray_llm_target import settings_from_tier
+from loadtest.report import build_report, class_stats
+from loadtest.runner import RunRecord, RunSettings, Target, run_closed_loop
 from loadtest.workload import Mix, Prompt, PromptPool, WorkItem, arrival_times, closed_loop, gamma_interarrivals, open_loop
 from policies.loader import load_policy
 from policies.schema import SLO
+from tests.conftest import TINY_POLICY
 
 # ---- arrivals and mix ------------------------------------------------------------------------------
 
@@ -263,3 +268,47 @@ def test_report_from_a_short_real_run(serving_url: str, serving_cluster: LocalCl
     assert {p.name for p in paths} >= {"report.json", "report.md", "requests.jsonl", "goodput_vs_load.png"}
     assert "## rate=0.5" in (tmp_path / "report.md").read_text()
     assert all(p.stat().st_size > 0 for p in paths)
+
+
+# ---- compare -----------------------------------------------------------------------------------------
+
+
+def _record(ttfvt_s: float, count: int) -> RunRecord:
+    results = [
+        RequestResult(
+            i, "easy", "x", float(i), status=200, ttft_s=ttfvt_s, ttfvt_s=ttfvt_s, e2e_s=ttfvt_s + 1, completion_tokens=10
+        )
+        for i in range(count)
+    ]
+    return RunRecord("rate=1", "open", 1.0, 1.0, 10.0, results, MetricsTimeline())
+
+
+def test_compare_puts_targets_side_by_side_as_ratios_to_the_baseline() -> None:
+    slos = load_policy().slos  # easy: TTFVT <= 2 s
+    reports = {
+        "fast": build_report("a", {}, slos, [_record(ttfvt_s=0.5, count=10)]),
+        "slow": build_report("b", {}, slos, [_record(ttfvt_s=4.0, count=5)]),
+    }
+    rows = {row.metric: row for row in side_by_side(reports, "fast", {}).rows}
+    assert rows["TTFVT p50 s"].ratios == {"fast": 1.0, "slow": pytest.approx(8.0)}
+    assert rows["TPS (tokens/s)"].ratios["slow"] == pytest.approx(0.5)
+    assert rows["goodput req/s"].values == {"fast": 1.0, "slow": 0.0}
+    assert rows["hard TTFVT p99 s"].values == {"fast": None, "slow": None}
+    assert "| TTFVT p50 s | lower | 0.5 (1.00x) | 4 (8.00x) |" in compare_markdown(side_by_side(reports, "fast", {}))
+
+
+def test_ray_serve_llm_gets_the_tier_engine_and_the_thinking_opened_prompt() -> None:
+    from jinja2 import Template
+
+    tier = load_policy(TINY_POLICY).tiers["reasoning"]
+    settings = settings_from_tier(tier)
+    thinktier_kwargs = engine_kwargs(tier, settings.model_path)
+    assert {k: v for k, v in settings.engine_kwargs.items() if k in thinktier_kwargs} == {
+        k: v for k, v in thinktier_kwargs.items() if k not in ("model", "scheduling_policy")
+    }
+    assert settings.env["VLLM_CPU_OMP_THREADS_BIND"] == tier.engine.cpu_threads
+    prompt = Template(settings.engine_kwargs["chat_template"]).render(
+        messages=[{"role": "user", "content": "2+2?"}], add_generation_prompt=True
+    )
+    assert prompt.endswith("<|im_start|>assistant\n" + tier.think_start + "\n")
+    assert settings.engine_kwargs["reasoning_parser"] == "deepseek_r1"
