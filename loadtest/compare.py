@@ -147,7 +147,11 @@ def markdown(report: CompareReport) -> str:
                 for n in names
             ]
             lines.append(f"| {row.metric} | {'higher' if row.higher_is_better else 'lower'} | " + " | ".join(cells) + " |")
-    lines += ["", "Full reports, requests and plots per target are in the sub-folders named after the targets."]
+    lines += [
+        "",
+        "goodput_vs_load.png plots every target (open loop); full reports, requests and plots per target are in the "
+        "sub-folders named after the targets.",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -176,4 +180,8 @@ def compare(
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "compare.json").write_text(json.dumps(result.model_dump(mode="json", exclude={"reports"}), indent=2))
     (out_dir / "compare.md").write_text(markdown(result))
+    if spec.batch_size is None:
+        from loadtest.plots import compare_goodput  # lazily: matplotlib is slow to import
+
+        compare_goodput(reports, out_dir / "goodput_vs_load.png")
     return result

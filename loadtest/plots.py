@@ -78,6 +78,21 @@ def goodput_vs_load(report: Report, path: Path) -> Path:
     return path
 
 
+def compare_goodput(reports: dict[str, Report], path: Path) -> Path:
+    """Goodput against offered rate, one line per compared target."""
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name, report in reports.items():
+        runs = sorted((r for r in report.runs if r.offered_rate_rps is not None), key=lambda r: r.offered_rate_rps or 0.0)
+        ax.plot([r.offered_rate_rps for r in runs], [r.goodput_rps for r in runs], "o-", label=name)
+    ax.set(title="Goodput vs offered load", xlabel="offered req/s", ylabel="goodput req/s (SLOs met)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def write_plots(report: Report, records: list[RunRecord], out_dir: Path) -> list[Path]:
     paths = []
     for run, record in zip(report.runs, records, strict=True):
