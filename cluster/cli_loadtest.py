@@ -113,7 +113,13 @@ def _add_workload_args(parser: argparse.ArgumentParser) -> None:
         help="send this reasoning_effort with every request (default: none; thinktier decides per prompt)",
     )
     r.add_argument("--max-thinking-tokens", type=int, default=None, help="send this max_thinking_tokens with every request")
-    r.add_argument("--temperature", type=float, default=None, help="sampling temperature of every request")
+    r.add_argument(
+        "--temperature",
+        type=float,
+        default=None,
+        help="sampling temperature of every request (run: the server's default when unset; compare: thinktier's "
+        "default, sent to every target, when unset)",
+    )
     r.add_argument(
         "--api-key-env", default=None, metavar="VAR", help="environment variable holding the API key to send as a Bearer token"
     )
@@ -242,6 +248,10 @@ def _compare(args: argparse.Namespace) -> int:
     if args.baseline not in [t.name for t in targets]:
         print(f"--baseline {args.baseline!r} is skipped or unknown; choose one of {[t.name for t in targets]}", file=sys.stderr)
         return 2
+    if args.temperature is None:  # every target samples alike: thinktier's default, sent explicitly
+        from deployments.openai_api import OpenAIRequest
+
+        args.temperature = OpenAIRequest.model_fields["temperature"].default
     out = _out_dir(args, "compare")
     result = compare(
         targets,

@@ -136,9 +136,14 @@ class RayLLMApp:
         return self
 
     def _wait_ready(self) -> None:
+        from ray import serve
+
         deadline = time.monotonic() + self.ready_timeout_s
         last = "no answer yet"
         while time.monotonic() < deadline:
+            app = serve.status().applications.get(self.APP_NAME)
+            if app is not None and app.status == "DEPLOY_FAILED":
+                raise RuntimeError(f"Ray Serve LLM failed to deploy: {app.message}")
             try:
                 response = httpx.get(f"{self.url}/v1/models", timeout=5)
                 if response.status_code == 200 and self.settings.model_id in response.text:
