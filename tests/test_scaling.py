@@ -19,7 +19,7 @@ import pytest
 from tests.conftest import TESTS
 
 pytestmark = pytest.mark.integration
-LONG_PROMPT = "first check the sum then the product of the prime numbers below one hundred " * 20
+LONG_PROMPT = "first check the sum then the product of the prime numbers below one hundred " * 15  # ~330 tokens
 
 
 @pytest.fixture(scope="module")
@@ -54,17 +54,23 @@ class LongLoad:
         self.url = url
         self.stop = threading.Event()
         self.served: list[tuple[float, str]] = []  # (send time, replica)
+        self.failed: list[str] = []
         self.pool = ThreadPoolExecutor(8)
 
     def _worker(self, seed: int) -> None:
+        """Streams, so the serving replica (a response header) is known when routing happened, not at the end."""
         with httpx.Client(base_url=self.url, timeout=300) as client:
             while not self.stop.is_set():
                 sent = time.monotonic()
                 body = {"model": "scaling-reasoning", "reasoning_effort": "high", "seed": seed, "temperature": 1.0,
-                        "messages": [{"role": "user", "content": LONG_PROMPT}]}
-                response = client.post("/v1/chat/completions", json=body)
-                if response.status_code == 200:
-                    self.served.append((sent, response.headers["x-thinktier-replica"]))
+                        "stream": True, "messages": [{"role": "user", "content": LONG_PROMPT}]}
+                with client.stream("POST", "/v1/chat/completions", json=body) as response:
+                    if response.status_code == 200:
+                        self.served.append((sent, response.headers["x-thinktier-replica"]))
+                    else:
+                        self.failed.append(f"{response.status_code}: {response.read()[:200]!r}")
+                    for _ in response.iter_bytes():
+                        pass
                 seed += 8
 
     def __enter__(self) -> LongLoad:
@@ -93,7 +99,9 @@ def test_kv_pressure_degrades_sheds_scales_up_steers_and_scales_down(scaling_app
     assert running_replicas(url) == 1
     with LongLoad(url) as load:
         # Saturated (KV past 0.7 on the only replica): high effort shrinks to the low budget, low effort goes to chat.
-        wait_for(lambda: metric_max(url, "thinktier_kv_cache_occupancy_ratio", "reasoning") >= 0.7, 120, "KV pressure")
+        wait_for(lambda: metric_max(url, "thinktier_kv_cache_occupancy_ratio", "reasoning") >= 0.7 or load.failed, 120,
+                 "KV pressure")
+        assert not load.failed, load.failed[:3]
         wait_for(lambda: probe(url, "high").headers.get("x-thinktier-degraded") == "budget:low", 60, "a shrunk budget")
         old = probe(url, "high").headers["x-thinktier-replica"]  # the only replica, now full
         wait_for(lambda: probe(url, "low").headers.get("x-thinktier-degraded") == "chat", 60, "the chat fallback")
@@ -112,6 +120,7 @@ def test_kv_pressure_degrades_sheds_scales_up_steers_and_scales_down(scaling_app
         wait_for(lambda: running_replicas(url) == 2, 300, "the KV-aware autoscaler to add a replica")
         scaled_at = time.monotonic()
         wait_for(lambda: sum(sent > scaled_at for sent, _ in load.served) >= 8, 180, "requests after the scale-up")
-    after = [replica for sent, replica in load.served if sent > scaled_at][:8]
+    assert not load.failed, load.failed[:3]
+    after = [replica for sent, replica in sorted(load.served) if sent > scaled_at][:8]
     assert sum(replica != old for replica in after) >= 6, f"new requests should avoid the full replica {old}: {after}"
     wait_for(lambda: running_replicas(url) == 1, 180, "the scale-down after the load ended")
