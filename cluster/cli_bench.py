@@ -19,6 +19,20 @@ def _overhead(args: argparse.Namespace) -> int:
     return 0
 
 
+def _autoscaling(args: argparse.Namespace) -> int:
+    from loadtest.autoscaling_bench import Workload, run
+
+    workload = Workload(args.rate, args.shape, args.duration, args.mix, args.seed, args.effort, args.max_prompt_chars)
+    command = (f"thinktier bench autoscaling --policy {args.policy} --tier {args.tier} --rate {args.rate} --shape {args.shape} "
+               f"--duration {args.duration} --mix {args.mix} --seed {args.seed} --effort {args.effort}")
+    results = run(Path(args.policy), args.tier, workload, Path(args.out), args.port, command)
+    for r in results:
+        print(f"{r['signal']:>18}: SLO misses {r['slo_misses']}/{r['requests']}, replica-seconds {r['replica_seconds']:.0f}, "
+              f"max replicas {r['max_replicas']}")
+    print(f"details: {args.out}/autoscaling.md")
+    return 0
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     bench = subparsers.add_parser("bench", help="benchmarks of the serving path", description=__doc__)
     commands = bench.add_subparsers(title="benchmarks", metavar="BENCH", required=True)
@@ -34,3 +48,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     overhead.add_argument("--answer-tokens", type=int, default=16, help="answer tokens per request (default 16)")
     overhead.add_argument("--out", default="loadtest/results", help="output folder (default loadtest/results)")
     overhead.set_defaults(func=_overhead)
+    scaling = commands.add_parser(
+        "autoscaling",
+        help="KV- and straggler-aware autoscaling vs Ray Serve's ongoing-requests policy on the same bursty load",
+        description="Serves the policy twice (the tier's autoscaling.signal as kv_and_stragglers, then ongoing_requests) "
+        "under the same seeded open-loop Gamma workload, and reports SLO misses, goodput, latency, replica-seconds and "
+        "the replica count, KV occupancy and stragglers over time (JSON, Markdown, PNG).",
+    )
+    scaling.add_argument("--policy", default=str(TINY_POLICY.with_name("tiny-autoscaling.yaml")),
+                         help="policy file (default: policies/examples/tiny-autoscaling.yaml)")
+    scaling.add_argument("--tier", default="reasoning", help="tier whose autoscaling is compared (default: reasoning)")
+    scaling.add_argument("--rate", type=float, default=1.5, help="mean arrival rate, requests/s (default 1.5)")
+    scaling.add_argument("--shape", type=float, default=0.25, help="Gamma shape of inter-arrival times; <1 is bursty "
+                         "(default 0.25: CV 2)")
+    scaling.add_argument("--duration", type=float, default=120, help="seconds of arrivals per variant (default 120)")
+    scaling.add_argument("--mix", default="easy=0.3,medium=0.3,hard=0.4", help="request classes (default "
+                         "easy=0.3,medium=0.3,hard=0.4)")
+    scaling.add_argument("--effort", default="high", help="reasoning_effort sent with every request (default high: long "
+                         "generations)")
+    scaling.add_argument("--seed", type=int, default=0, help="workload seed (default 0)")
+    scaling.add_argument("--max-prompt-chars", type=int, default=1200, help="leave out longer prompts (default 1200)")
+    scaling.add_argument("--port", type=int, default=18766, help="HTTP port of the served variants (default 18766)")
+    scaling.add_argument("--out", default="loadtest/results/autoscaling", help="output folder")
+    scaling.set_defaults(func=_autoscaling)
