@@ -13,6 +13,7 @@ COMMAND_MODULES = (
     "cluster.cli_policy",
     "cluster.cli_loadtest",
     "cluster.cli_helm",
+    "cluster.cli_classifier",
 )
 
 

