@@ -12,8 +12,8 @@ Two steps, because the GPU machine has neither the problem sets nor a network:
 
 Per configuration and workload it reports KV capacity, output tokens/s, TTFT/TTFVT/E2E per class
 (p50/p90/p99), goodput under the policy's SLOs, KV occupancy over time, preemptions and offload traffic.
-Dummy weights (`--load-format dummy`) never close the thinking section or emit EOS by themselves, so each
-request thinks to its budget and answers to its answer budget: the worst case the budgets allow.
+Dummy weights (`--load-format dummy`) emit random tokens: most requests think to their budget and answer to their
+answer budget (the worst case the budgets allow); a few draw `</think>` or EOS by chance and end sooner.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import argparse
 import asyncio
 import json
 import math
+import shutil
 import subprocess
 import sys
 import time
@@ -376,42 +377,51 @@ class _Runner:
 
 
 async def _step_profile(engine: Any, batches: Sequence[int], contexts: Sequence[int], seed: int) -> list[dict[str, float]]:
-    """Decode step time by batch size and context length: B requests of L-token prompts, 32 decode steps each.
+    """Decode step time by batch size and context length: B requests of L-token prompts decode 32 tokens together.
 
-    Prompts share one of up to 8 prefixes (prefix caching skips their prefill), so the profile costs seconds;
-    8 prefixes of 6000 FP8 tokens are 48 MB of KV per layer, about the L2 size, so most attention reads still go
-    to HBM (fewer than with distinct contexts: the profile is a lower bound on attention cost)."""
+    The step time is the median over the batch of (last - first token time) / (tokens - 1), from the engine
+    core's own timestamps. Prompts share one of 8 prefixes (prefix caching skips their prefill), so the
+    profile costs seconds; shared KV may be read from L2 more often than distinct contexts would be, so the
+    attention share is a lower bound."""
     from vllm import SamplingParams
     from vllm.sampling_params import RequestOutputKind
 
     rng = np.random.default_rng(seed)
     steps = 32
+    top = min(100_000, len(engine.tokenizer))  # ordinary tokens: ids below the added special tokens
+    low = top // 100
     params = SamplingParams(max_tokens=steps + 1, ignore_eos=True, temperature=0.0, output_kind=RequestOutputKind.DELTA)
     points = []
 
-    async def one(rid: str, ids: list[int], times: dict[str, list[float]]) -> None:
-        async for _ in engine.engine.generate({"prompt_token_ids": ids}, params, rid):
-            times.setdefault(rid, []).append(time.monotonic())
+    async def one(rid: str, ids: list[int]) -> float:
+        metrics = None
+        async for output in engine.engine.generate({"prompt_token_ids": ids}, params, rid):
+            metrics = output.metrics
+        assert metrics is not None and metrics.num_generation_tokens > 1, f"{rid}: no token timestamps from vLLM"
+        return (metrics.last_token_ts - metrics.first_token_ts) / (metrics.num_generation_tokens - 1)
 
     for context in contexts:
-        prefixes = [rng.integers(1000, 100_000, context - 16).tolist() for _ in range(8)]
-        await asyncio.gather(*(one(f"warm-{context}-{i}", p + [7] * 16, {}) for i, p in enumerate(prefixes)))
+        prefixes = [rng.integers(low, top, context - 16).tolist() for _ in range(8)]
+        await asyncio.gather(*(one(f"warm-{context}-{i}", p + [low] * 16) for i, p in enumerate(prefixes)))
         for batch in batches:
-            times: dict[str, list[float]] = {}
-            prompts = [prefixes[i % 8] + rng.integers(1000, 100_000, 16).tolist() for i in range(batch)]
-            await asyncio.gather(*(one(f"prof-{context}-{batch}-{i}", p, times) for i, p in enumerate(prompts)))
-            first = max(t[0] for t in times.values())
-            last = max(t[-1] for t in times.values())
-            points.append({"batch_size": batch, "context_tokens": context, "step_s": (last - first) / steps})
+            prompts = [prefixes[i % 8] + rng.integers(low, top, 16).tolist() for i in range(batch)]
+            per_request = await asyncio.gather(*(one(f"prof-{context}-{batch}-{i}", p) for i, p in enumerate(prompts)))
+            points.append({"batch_size": batch, "context_tokens": context, "step_s": float(np.median(per_request))})
             print(f"  profile B={batch} L={context}: {points[-1]['step_s'] * 1e3:.2f} ms/step", flush=True)
     return points
 
 
+def _nvidia_smi(query: str) -> str:
+    """One `nvidia-smi --query-gpu` field of the first GPU; empty where there is no NVIDIA driver."""
+    if shutil.which("nvidia-smi") is None:
+        return ""
+    out = subprocess.run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits"], capture_output=True, text=True)
+    return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else ""
+
+
 def _gpu_memory_used_mib() -> int:
-    out = subprocess.run(
-        ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"], capture_output=True, text=True
-    )
-    return int(out.stdout.split()[0]) if out.returncode == 0 and out.stdout.strip() else -1
+    used = _nvidia_smi("memory.used")
+    return int(used) if used else -1
 
 
 def _wait_gpu_free(limit_mib: int = 2048, timeout_s: float = 60) -> int:
@@ -512,9 +522,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         "load_format": args.load_format,
         "kv_cache_gib": args.kv_cache_gib,
         "drain_s": args.drain_s,
-        "gpu": subprocess.run(
-            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True
-        ).stdout.strip(),
+        "gpu": _nvidia_smi("name"),
         "workloads": {
             n: {k: v for k, v in w.to_json().items() if k != "requests"} | {"requests": len(w.requests)}
             for n, w in workloads.items()
@@ -544,6 +552,36 @@ def _cmd_workload(args: argparse.Namespace) -> int:
 
 def _cmd_table(args: argparse.Namespace) -> int:
     print(markdown_table([json.loads(Path(path).read_text()) for path in args.reports]), end="")
+    return 0
+
+
+def step_profile_file(report: dict[str, Any], config: str) -> dict[str, Any]:
+    """The planner's data: decode step time by batch size and context length, from one configuration's profile."""
+    result = next((r for r in report["results"] if r["config"] == config and "step_profile" in r), None)
+    if result is None:
+        raise ValueError(f"the report has no step profile for configuration {config!r}; run it with --config {config}:profile")
+    engine = result["engine"]
+    return {
+        "source": report["command"],
+        "gpu": report["gpu"],
+        "model": "DeepSeek-R1-Distill-Qwen-7B geometry (dummy weights), bf16 weights",
+        "kv_cache_dtype": engine["kv_cache_dtype"],
+        "cuda_graphs": not engine["enforce_eager"],
+        "max_num_seqs": engine["max_num_seqs"],
+        "method": "B requests with L-token prompts decode 32 tokens together; step_s is the median over the batch of "
+        "(last - first token time) / (tokens - 1) from vLLM's engine-core timestamps. Prompts share 8 prefixes, so "
+        "attention may read KV from L2 more than with distinct contexts (a lower bound on the context term).",
+        "columns": ["batch_size", "context_tokens", "step_s"],
+        "points": [[p["batch_size"], p["context_tokens"], p["step_s"]] for p in result["step_profile"]["points"]],
+        "fit": {"formula": "step_s = a_s + b_s_per_seq * batch + c_s_per_seq_token * batch * context"}
+        | result["step_profile"]["fit"],
+    }
+
+
+def _cmd_step_profile(args: argparse.Namespace) -> int:
+    data = step_profile_file(json.loads(Path(args.report).read_text()), args.config)
+    Path(args.out).write_text(json.dumps(data, indent=1) + "\n")
+    print(f"{len(data['points'])} points -> {args.out}")
     return 0
 
 
@@ -605,6 +643,11 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("table", help="Print a Markdown table of `run` reports (one row per configuration and workload).")
     t.add_argument("reports", nargs="+", help="JSON reports written by `run`.")
     t.set_defaults(func=_cmd_table)
+    s = sub.add_parser("step-profile", help="Write the planner's step-time data file from a `run` report's profile.")
+    s.add_argument("report", help="JSON report written by `run` with a CONFIG:...,profile step.")
+    s.add_argument("--config", required=True, help="Configuration whose profile to take.")
+    s.add_argument("--out", required=True, help="Where to write the data file.")
+    s.set_defaults(func=_cmd_step_profile)
     return parser
 
 

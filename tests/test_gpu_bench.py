@@ -18,6 +18,7 @@ from loadtest.gpu_bench import (
     fit_step_profile,
     markdown_table,
     parse_plan,
+    step_profile_file,
     summarize,
 )
 from loadtest.problems import Problem
@@ -140,3 +141,18 @@ def test_table_has_a_row_per_configuration_and_workload() -> None:
     report = {"results": [{"config": "fp8", "kv_capacity_tokens": 74_880, "workloads": {"A": summary, "B": summary}}]}
     rows = markdown_table([report]).splitlines()
     assert len(rows) == 4 and rows[2].startswith("| fp8 | A | 74,880 | 384 | 1.00 | 1/1 | 0.5 / 0.5 |")
+
+
+def test_step_profile_file_takes_the_named_configuration() -> None:
+    points = [{"batch_size": b, "context_tokens": c, "step_s": 0.005 + 1e-5 * b * c / 512} for b in (1, 64) for c in (512, 6000)]
+    result = {
+        "config": "fp8",
+        "engine": {"kv_cache_dtype": "fp8", "enforce_eager": False, "max_num_seqs": 256},
+        "step_profile": {"points": points, "fit": fit_step_profile(points)},
+    }
+    report = {"command": "python -m loadtest.gpu_bench run ...", "gpu": "NVIDIA H200", "results": [result]}
+    data = step_profile_file(report, "fp8")
+    assert data["columns"] == ["batch_size", "context_tokens", "step_s"] and data["points"][1] == [1, 6000, points[1]["step_s"]]
+    assert data["kv_cache_dtype"] == "fp8" and data["cuda_graphs"] and "formula" in data["fit"]
+    with pytest.raises(ValueError, match="no step profile for configuration 'bf16'"):
+        step_profile_file(report, "bf16")
