@@ -67,7 +67,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     scaling.add_argument("--effort", default="high", help="reasoning_effort sent with every request (default high: long "
                          "generations)")
     scaling.add_argument("--seed", type=int, default=0, help="workload seed (default 0)")
-    scaling.add_argument("--max-prompt-chars", type=int, default=1200, help="leave out longer prompts (default 1200)")
+    scaling.add_argument("--max-prompt-chars", type=int, default=500, help="leave out longer prompts (default 500: the tiny "
+                         "model's tokenizer makes ~0.7 tokens per character and the policy accepts 384)")
     scaling.add_argument("--port", type=int, default=18766, help="HTTP port of the served variants (default 18766)")
     scaling.add_argument("--out", default="loadtest/results/autoscaling", help="output folder")
     scaling.set_defaults(func=_autoscaling)

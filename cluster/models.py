@@ -19,6 +19,7 @@ import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 BUILTIN_PREFIX = "builtin:"
 THINK_TOKENS = ("<think>", "</think>")
@@ -51,10 +52,28 @@ def _build_smollm2(dest: Path) -> None:
     model.load_state_dict(quantized.state_dict())
     tokenizer.add_special_tokens({"additional_special_tokens": list(THINK_TOKENS)})
     model.resize_token_embeddings(len(tokenizer))
+    _seed_think_embeddings(model, tokenizer)
     if not tokenizer.chat_template:
         tokenizer.chat_template = CHATML_TEMPLATE
     model.save_pretrained(dest, safe_serialization=True)
     tokenizer.save_pretrained(dest)
+
+
+THINK_MEANINGS = {"<think>": "Let me think step by step", "</think>": "So the answer is"}
+"""Each delimiter starts as the mean embedding of a phrase of that meaning. The model never saw the
+delimiters; with a mean-of-vocabulary start it ends its turn right after an opened thinking section,
+while with these it writes a line of reasoning, and (the embeddings are tied to the output layer)
+closes the section where it would say "so the answer is"."""
+
+
+def _seed_think_embeddings(model: Any, tokenizer: Any) -> None:
+    import torch
+
+    weights = model.get_input_embeddings().weight
+    with torch.no_grad():
+        for token, phrase in THINK_MEANINGS.items():
+            ids = tokenizer.encode(phrase, add_special_tokens=False)
+            weights[tokenizer.convert_tokens_to_ids(token)] = weights[ids].mean(0)
 
 
 def _tiny_corpus() -> list[str]:
@@ -180,10 +199,20 @@ def _build_tiny_random(dest: Path) -> None:
     tokenizer.save_pretrained(dest)
 
 
+BUILD_VERSION = 2
+"""Bumped when a builder changes; cached folders of another version are rebuilt."""
+
 BUILDERS: dict[str, Callable[[Path], None]] = {
     "smollm2-135m-think": _build_smollm2,
     "tiny-random": _build_tiny_random,
 }
+
+
+def _built(folder: Path) -> bool:
+    try:
+        return json.loads((folder / "thinktier-model.json").read_text()).get("version") == BUILD_VERSION
+    except (OSError, ValueError):
+        return False
 
 
 def resolve_model(spec: str) -> str:
@@ -194,16 +223,17 @@ def resolve_model(spec: str) -> str:
     if name not in BUILDERS:
         raise ValueError(f"unknown builtin model {spec!r}; builtins are {sorted(BUILTIN_PREFIX + n for n in BUILDERS)}")
     dest = cache_dir() / name
-    if (dest / "config.json").exists():
+    if _built(dest):
         return str(dest)
+    shutil.rmtree(dest, ignore_errors=True)  # an older build
     dest.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=dest.parent))
     try:
         BUILDERS[name](staging)
-        (staging / "thinktier-model.json").write_text(json.dumps({"builtin": name}))
+        (staging / "thinktier-model.json").write_text(json.dumps({"builtin": name, "version": BUILD_VERSION}))
         staging.rename(dest)  # atomic: a concurrent builder's finished folder wins, ours is dropped below
     except OSError:
-        if not (dest / "config.json").exists():
+        if not _built(dest):
             raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)

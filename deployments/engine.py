@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from cluster.models import resolve_model
@@ -61,6 +61,26 @@ class TierChunk:
     """On the last chunk: seconds from the engine taking the request to its first token (thinking or answer)."""
     first_visible_s: float | None = None
     """On the last chunk: seconds from the engine taking the request to its first answer token."""
+
+
+@dataclass
+class _Decoding:
+    """Where one request's decoding stands, across its engine requests."""
+
+    in_thinking: bool
+    thinking_ids: list[int] = field(default_factory=list)
+    reasoning_tokens: int = 0
+    answer_tokens: int = 0
+    budget_forced: bool = False
+    finish: Literal["stop", "length"] | None = None
+    first_token_s: float | None = None
+    first_visible_s: float | None = None
+
+    def saw(self, chunk: TierChunk, elapsed_s: float) -> None:
+        if self.first_token_s is None and (chunk.reasoning or chunk.content):
+            self.first_token_s = elapsed_s
+        if self.first_visible_s is None and chunk.content:
+            self.first_visible_s = elapsed_s
 
 
 @dataclass
@@ -173,6 +193,7 @@ class TierEngine:
         self._think_open = tier.think_start + "\n"
         self._think_start_ids = self.tokenizer.encode(self._think_open, add_special_tokens=False)
         self._think_end_id = self.tokenizer.convert_tokens_to_ids(tier.think_end) if tier.thinking else None
+        self._close_ids = self.tokenizer.encode(tier.think_end + "\n\n", add_special_tokens=False)
         self._running: dict[str, _Running] = {}
 
     def render_prompt(self, request: TierRequest) -> list[int]:
@@ -198,10 +219,11 @@ class TierEngine:
             if not opened:
                 ids = ids + self._think_start_ids
             if request.thinking_tokens == 0:
-                ids = ids + self.tokenizer.encode(self.tier.think_end + "\n\n", add_special_tokens=False)
+                ids = ids + self._close_ids
         return ids
 
-    def _sampling_params(self, request: TierRequest, thinking: bool) -> Any:
+    def _sampling_params(self, request: TierRequest, thinking: bool, room: int | None = None) -> Any:
+        """`room`: most tokens that still fit the context (a continuation after an early end of thinking)."""
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
@@ -212,7 +234,8 @@ class TierEngine:
             extra["thinking_token_budget"] = request.thinking_tokens + len(self._think_start_ids) - 1
             max_tokens += request.thinking_tokens + 1
         return SamplingParams(
-            max_tokens=max_tokens,
+            max_tokens=max_tokens if room is None else min(max_tokens, room),
+            min_tokens=1,  # never an empty turn: the first token of a decode is not end-of-sequence
             temperature=request.temperature,
             top_p=request.top_p,
             seed=request.seed,
@@ -223,65 +246,86 @@ class TierEngine:
         )
 
     async def generate(self, request: TierRequest) -> AsyncIterator[TierChunk]:
-        """Stream thinking then answer; the answer is cut at its budget; the last chunk has the totals."""
+        """Stream thinking then answer; the last chunk carries the totals.
+
+        The answer is cut at its budget. A model that ends its turn inside the thinking section
+        (before the budget; small or untuned models do) gets the section closed for it and is
+        asked for the answer in a second decode over the same prefix, so no request ends
+        without an answer."""
         prompt_ids = self.render_prompt(request)
         thinking = self.tier.thinking and request.thinking_tokens > 0
-        params = self._sampling_params(request, thinking)
         running = _Running(started=time.monotonic(), difficulty=request.difficulty)
         self._running[request.request_id] = running
-        in_thinking = thinking
-        reasoning_tokens = answer_tokens = 0
-        budget_forced = False
-        first_token_s = first_visible_s = None
-        finish: Literal["stop", "length"] | None = None
-        stream = self.engine.generate(
-            {"prompt_token_ids": prompt_ids}, params, request.request_id, priority=request.priority
-        )
+        state = _Decoding(in_thinking=thinking)
         try:
-            async for output in stream:
-                completion = output.outputs[0]
-                ids = list(completion.token_ids)
-                chunk = TierChunk()
-                if in_thinking and self._think_end_id in ids:
-                    cut = ids.index(self._think_end_id)
-                    reasoning_tokens += cut
-                    budget_forced = reasoning_tokens >= request.thinking_tokens
-                    after = ids[cut + 1 :]
-                    chunk.reasoning = self.tokenizer.decode(ids[:cut], skip_special_tokens=True)
-                    chunk.content = self.tokenizer.decode(after, skip_special_tokens=True)
-                    answer_tokens += len(after)
-                    in_thinking = False
-                elif in_thinking:
-                    reasoning_tokens += len(ids)
-                    running.thinking_tokens = reasoning_tokens
-                    chunk.reasoning = completion.text
-                else:
-                    answer_tokens += len(ids)
-                    chunk.content = completion.text
-                if first_token_s is None and (chunk.reasoning or chunk.content):
-                    first_token_s = time.monotonic() - running.started
-                if first_visible_s is None and chunk.content:
-                    first_visible_s = time.monotonic() - running.started
-                if answer_tokens >= request.answer_tokens and not output.finished:
-                    finish = "length"
-                    await self.engine.abort(request.request_id)
-                elif output.finished:
-                    finish = "length" if completion.finish_reason == "length" else "stop"
-                if finish is not None:
-                    chunk.finish_reason = finish
-                    chunk.prompt_tokens = len(prompt_ids)
-                    chunk.reasoning_tokens = reasoning_tokens
-                    chunk.answer_tokens = answer_tokens
-                    chunk.budget_forced = budget_forced
-                    chunk.first_token_s, chunk.first_visible_s = first_token_s, first_visible_s
+            params = self._sampling_params(request, thinking)
+            async for chunk in self._decode(request, prompt_ids, params, request.request_id, state, running):
+                yield chunk
+            if state.in_thinking and state.finish == "stop":
+                state.in_thinking, state.finish = False, None
+                continuation = prompt_ids + state.thinking_ids + self._close_ids
+                room = self.tier.engine.max_model_len - len(continuation)
+                params = self._sampling_params(request, thinking=False, room=room)
+                async for chunk in self._decode(request, continuation, params, f"{request.request_id}-answer", state, running):
                     yield chunk
-                    return
-                if chunk.reasoning or chunk.content:
-                    yield chunk
+            yield TierChunk(
+                finish_reason=state.finish or "stop",
+                prompt_tokens=len(prompt_ids),
+                reasoning_tokens=state.reasoning_tokens,
+                answer_tokens=state.answer_tokens,
+                budget_forced=state.budget_forced,
+                first_token_s=state.first_token_s,
+                first_visible_s=state.first_visible_s,
+            )
         finally:
             self._running.pop(request.request_id, None)
-            if finish is None:
-                await self.engine.abort(request.request_id)
+
+    async def _decode(
+        self, request: TierRequest, prompt_ids: list[int], params: Any, request_id: str, state: _Decoding, running: _Running
+    ) -> AsyncIterator[TierChunk]:
+        """One engine request: split its tokens into thinking and answer, until it ends or the answer budget is spent."""
+        stream = self.engine.generate({"prompt_token_ids": prompt_ids}, params, request_id, priority=request.priority)
+        ended = False
+        try:
+            async for output in stream:
+                ended = output.finished
+                completion = output.outputs[0]
+                chunk = self._split(list(completion.token_ids), completion.text, request, state)
+                running.thinking_tokens = state.reasoning_tokens
+                state.saw(chunk, time.monotonic() - running.started)
+                if state.answer_tokens >= request.answer_tokens and not output.finished:
+                    state.finish = "length"
+                elif output.finished:
+                    state.finish = "length" if completion.finish_reason == "length" else "stop"
+                if chunk.reasoning or chunk.content:
+                    yield chunk
+                if state.finish is not None:
+                    return
+        finally:
+            if not ended:  # cut at the answer budget, or the client went away
+                await self.engine.abort(request_id)
+
+    def _split(self, ids: list[int], text: str, request: TierRequest, state: _Decoding) -> TierChunk:
+        """New tokens as thinking and/or answer text; the thinking section ends at the think-end token."""
+        chunk = TierChunk()
+        if state.in_thinking and self._think_end_id in ids:
+            cut = ids.index(self._think_end_id)
+            state.reasoning_tokens += cut
+            state.thinking_ids += ids[:cut]
+            state.budget_forced = state.reasoning_tokens >= request.thinking_tokens
+            after = ids[cut + 1 :]
+            chunk.reasoning = self.tokenizer.decode(ids[:cut], skip_special_tokens=True)
+            chunk.content = self.tokenizer.decode(after, skip_special_tokens=True)
+            state.answer_tokens += len(after)
+            state.in_thinking = False
+        elif state.in_thinking:
+            state.reasoning_tokens += len(ids)
+            state.thinking_ids += ids
+            chunk.reasoning = text
+        else:
+            state.answer_tokens += len(ids)
+            chunk.content = text
+        return chunk
 
     @property
     def kv_capacity_tokens(self) -> int:
