@@ -215,7 +215,7 @@ class Thresholds(StrictModel):
     """Difficulty score (0 = trivial, 1 = olympiad) to tier and effort. Scores below `reasoning` go to the chat tier."""
 
     reasoning: float = Field(0.3, ge=0, le=1, description="Lowest score sent to the reasoning tier.")
-    medium: float = Field(0.55, ge=0, le=1, description="Lowest score given medium effort.")
+    medium: float = Field(0.6, ge=0, le=1, description="Lowest score given medium effort.")
     high: float = Field(0.8, ge=0, le=1, description="Lowest score given high effort.")
 
     @model_validator(mode="after")

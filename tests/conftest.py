@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 from collections.abc import Iterator
@@ -28,11 +29,28 @@ def served_policy_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def serving_cluster(served_policy_file: Path) -> Iterator[object]:
+def serve_port() -> Iterator[int]:
+    """One Ray and one Ray Serve (HTTP on a free port) for the whole session; tests add and delete applications."""
+    import ray
+    from ray import serve
+
+    from cluster.local import RAY_ENV
+
+    os.environ.update(RAY_ENV)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": RAY_ENV})
+    port = free_port()
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    yield port
+    serve.shutdown()
+    ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def serving_cluster(serve_port: int, served_policy_file: Path) -> Iterator[object]:
     """thinktier on real Ray Serve with two real vLLM tiers of the tiny random-weight model."""
     from cluster.local import LocalCluster
 
-    cluster = LocalCluster(served_policy_file, port=free_port(), num_cpus=2, progress=lambda line: print(f"[cluster] {line}"))
+    cluster = LocalCluster(served_policy_file, port=serve_port, progress=lambda line: print(f"[cluster] {line}"))
     cluster.start(timeout_s=600)
     yield cluster
     cluster.stop()

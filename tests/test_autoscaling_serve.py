@@ -11,7 +11,6 @@ chosen replica is Ray Serve's own machinery calling `KVAwarePolicy` and
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -75,14 +74,12 @@ class Reporter:
 
 
 @pytest.fixture(scope="module")
-def dial() -> Iterator[ray.actor.ActorHandle]:
-    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
-    ray.init(num_cpus=2, include_dashboard=False)
+def dial(serve_port: int) -> Iterator[ray.actor.ActorHandle]:
+    """A Dial on the session's Ray; the test application is deleted afterwards."""
     try:
         yield Dial.remote()
     finally:
-        serve.shutdown()
-        ray.shutdown()
+        serve.delete(APP)
 
 
 def stats(**fields: float) -> dict[str, float]:
@@ -111,7 +108,8 @@ def test_policy_scales_a_serve_deployment_up_on_kv_and_down_one_replica_at_a_tim
     targets = Autoscaling(metrics_interval_s=0.2, upscale_delay_s=1, downscale_delay_s=2)
     tier = load_policy().tiers["reasoning"].model_copy(update={"replicas": Replicas(min=1, max=3), "autoscaling": targets})
     ray.get(dial.set.remote(stats(kv_occupancy=0.1)))
-    serve.run(Reporter.options(name=DEPLOYMENT, autoscaling_config=serve_autoscaling_config(tier)).bind(dial), name=APP)
+    serve.run(Reporter.options(name=DEPLOYMENT, autoscaling_config=serve_autoscaling_config(tier)).bind(dial), name=APP,
+              route_prefix=None)
     assert running_replicas() == 1
 
     # Every replica's KV at 95% (target 70%): the tier grows, each step once the new replica runs.
@@ -138,7 +136,7 @@ def test_router_sends_work_to_kv_headroom_keeps_hard_requests_off_long_ones_and_
     # max_ongoing_requests well above the burst, so no replica refuses and only the scores spread it.
     router_config = serve_request_router_config(0.2)
     app = Reporter.options(name=DEPLOYMENT, num_replicas=2, max_ongoing_requests=64, request_router_config=router_config)
-    handle = serve.run(app.bind(dial), name=APP)
+    handle = serve.run(app.bind(dial), name=APP, route_prefix=None)
     a, b = ray.get(dial.registered.remote())[-2:]
 
     def report(stats_a: dict[str, float], stats_b: dict[str, float]) -> None:

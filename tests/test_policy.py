@@ -338,4 +338,4 @@ def test_apply_command_refuses_an_invalid_policy(tmp_path: Path, capsys: pytest.
 
 def test_summary_names_routes_of_a_two_tier_policy() -> None:
     summary = cli_policy.summarize(load_policy(DEFAULT_POLICY))
-    assert "requests naming no model: score >= 0.3 -> reasoning (medium >= 0.55, high >= 0.8), below -> chat" in summary
+    assert "requests naming no model: score >= 0.3 -> reasoning (medium >= 0.6, high >= 0.8), below -> chat" in summary

@@ -18,7 +18,7 @@ from policies.schema import Policy, Tenant
 from policies.watcher import PolicyChange, PolicyWatcher, policy_change
 
 DEFAULT = DEFAULT_POLICY.read_text()
-THRESHOLDS = "thresholds: {reasoning: 0.3, medium: 0.55, high: 0.8}"
+THRESHOLDS = "thresholds: {reasoning: 0.3, medium: 0.6, high: 0.8}"
 _versions = itertools.count()
 
 
@@ -76,7 +76,7 @@ def test_live_change_through_a_symlink_swap_is_applied(volume: ConfigMapVolume) 
     before = reloads("applied")
     assert watcher.poll() is None
 
-    volume.update(edit(THRESHOLDS, "thresholds: {reasoning: 0.4, medium: 0.55, high: 0.8}"))
+    volume.update(edit(THRESHOLDS, "thresholds: {reasoning: 0.4, medium: 0.6, high: 0.8}"))
     assert watcher.poll() == "applied"
 
     [(policy, change)] = recorder.calls
@@ -94,7 +94,7 @@ def test_bad_edit_is_rejected_and_the_last_good_policy_keeps_serving(volume: Con
     good = watcher.current
     before = reloads("rejected")
 
-    volume.update(edit(THRESHOLDS, "thresholds: {reasoning: 0.9, medium: 0.55, high: 0.8}"))
+    volume.update(edit(THRESHOLDS, "thresholds: {reasoning: 0.9, medium: 0.6, high: 0.8}"))
     with caplog.at_level(logging.ERROR, logger="policies.watcher"):
         assert watcher.poll() == "rejected"
 
@@ -104,7 +104,7 @@ def test_bad_edit_is_rejected_and_the_last_good_policy_keeps_serving(volume: Con
     assert reloads("rejected") == before + 1
     assert watcher.poll() is None and reloads("rejected") == before + 1  # counted once, not once per poll
 
-    volume.update(edit(THRESHOLDS, "thresholds: {reasoning: 0.35, medium: 0.55, high: 0.8}"))
+    volume.update(edit(THRESHOLDS, "thresholds: {reasoning: 0.35, medium: 0.6, high: 0.8}"))
     assert watcher.poll() == "applied"
     assert watcher.current.routing.thresholds.reasoning == 0.35 and watcher.last_error is None
 
@@ -116,7 +116,7 @@ def test_change_needing_new_engines_is_reported_and_nothing_of_it_applied(volume
     before = reloads("needs_redeploy")
 
     text = edit("max_num_seqs: 16", "max_num_seqs: 8")  # the reasoning tier's engine
-    volume.update(edit(THRESHOLDS, "thresholds: {reasoning: 0.4, medium: 0.55, high: 0.8}", text))
+    volume.update(edit(THRESHOLDS, "thresholds: {reasoning: 0.4, medium: 0.6, high: 0.8}", text))
     with caplog.at_level(logging.WARNING, logger="policies.watcher"):
         assert watcher.poll() == "needs_redeploy"
 
@@ -151,7 +151,7 @@ def test_failing_on_change_keeps_the_old_policy(volume: ConfigMapVolume) -> None
 
     watcher = PolicyWatcher(volume.path, refuse)
     serving = watcher.current
-    volume.update(edit(THRESHOLDS, "thresholds: {reasoning: 0.4, medium: 0.55, high: 0.8}"))
+    volume.update(edit(THRESHOLDS, "thresholds: {reasoning: 0.4, medium: 0.6, high: 0.8}"))
     assert watcher.poll() == "rejected"
     assert watcher.current is serving and "router busy" in watcher.last_error
 
@@ -161,7 +161,7 @@ def test_thread_mode_picks_up_a_swap(volume: ConfigMapVolume) -> None:
     watcher = PolicyWatcher(volume.path, recorder, interval_s=0.05)
     watcher.start()
     try:
-        volume.update(edit(THRESHOLDS, "thresholds: {reasoning: 0.4, medium: 0.55, high: 0.8}"))
+        volume.update(edit(THRESHOLDS, "thresholds: {reasoning: 0.4, medium: 0.6, high: 0.8}"))
         assert recorder.called.wait(timeout=10)
     finally:
         watcher.stop()
@@ -176,7 +176,7 @@ def test_asyncio_mode_runs_on_the_event_loop(volume: ConfigMapVolume) -> None:
         watcher = PolicyWatcher(volume.path, recorder, interval_s=0.05)
         watcher.start()
         try:
-            volume.update(edit(THRESHOLDS, "thresholds: {reasoning: 0.4, medium: 0.55, high: 0.8}"))
+            volume.update(edit(THRESHOLDS, "thresholds: {reasoning: 0.4, medium: 0.6, high: 0.8}"))
             for _ in range(200):
                 if recorder.calls:
                     break

@@ -9,21 +9,21 @@ from deployments.replica_stats import ReplicaStats
 from deployments.routing import Overloaded, TierLoad, decide
 from policies.loader import load_policy
 
-POLICY = load_policy()  # the embedded default: thresholds 0.3 / 0.55 / 0.8
+POLICY = load_policy()  # the embedded default: thresholds 0.3 / 0.6 / 0.8
 BUDGETS = POLICY.tiers["reasoning"].budgets
 FULL = TierLoad((ReplicaStats(kv_occupancy=0.99),))
 IDLE = TierLoad((ReplicaStats(kv_occupancy=0.1),))
 
 
 def score(value: float) -> DifficultyScore:
-    label = "hard" if value >= 0.8 else "medium" if value >= 0.55 else "easy"
+    label = "hard" if value >= 0.8 else "medium" if value >= 0.6 else "easy"
     return DifficultyScore(value, {"easy": 0.0, "medium": 0.0, "hard": 0.0} | {label: 1.0}, "test")
 
 
 @pytest.mark.parametrize(
     ("value", "tier", "effort"),
-    [(0.0, "chat", "low"), (0.29, "chat", "low"), (0.3, "reasoning", "low"), (0.549, "reasoning", "low"),
-     (0.55, "reasoning", "medium"), (0.8, "reasoning", "high"), (1.0, "reasoning", "high")],
+    [(0.0, "chat", "low"), (0.29, "chat", "low"), (0.3, "reasoning", "low"), (0.599, "reasoning", "low"),
+     (0.6, "reasoning", "medium"), (0.8, "reasoning", "high"), (1.0, "reasoning", "high")],
 )
 def test_thresholds_map_score_to_tier_and_effort(value: float, tier: str, effort: str) -> None:
     decision = decide(POLICY, RoutingRequest(prompt="p"), score(value), {})

@@ -51,7 +51,7 @@ def test_effort_sets_the_policy_budget_and_request_caps_only_lower_it(serving_ur
 def test_openai_client_streams_reasoning_before_content(serving_url: str) -> None:
     client = openai.OpenAI(base_url=f"{serving_url}/v1", api_key="unused")
     stream = client.chat.completions.create(
-        model="thinktier", messages=QUESTION, stream=True, stream_options={"include_usage": True},
+        model="tiny-reasoning", messages=QUESTION, stream=True, stream_options={"include_usage": True},
         seed=3, extra_body={"max_thinking_tokens": 5},
     )
     kinds: list[str] = []
@@ -191,3 +191,22 @@ def test_live_reload_applies_good_edits_and_keeps_serving_through_bad_ones(servi
     finally:
         served_policy_file.write_text(original)
     eventually("8")
+
+
+def test_classifier_decides_tier_and_effort_visible_in_headers(serving_url: str) -> None:
+    from deployments.difficulty import DifficultyModel
+    from loadtest.problems import load_problems
+
+    greeting = chat(serving_url, messages=[{"role": "user", "content": "Hey! Hope your week is going well."}])
+    assert greeting.status_code == 200, greeting.text
+    assert (greeting.headers["x-thinktier-tier"], greeting.headers["x-thinktier-reason"]) == ("chat", "classifier")
+    assert float(greeting.headers["x-thinktier-difficulty-score"]) < POLICY.routing.thresholds.reasoning
+
+    held_out = {pid for ids in DifficultyModel.load().manifest.provenance.held_out_problems.values() for pid in ids}
+    aime = min((p for p in load_problems(["en"]) if p.source == "AIME2024" and p.id in held_out), key=lambda p: p.id)
+    hard = chat(serving_url, messages=[{"role": "user", "content": aime.text[:500]}])
+    assert hard.status_code == 200, hard.text
+    assert (hard.headers["x-thinktier-tier"], hard.headers["x-thinktier-reason"]) == ("reasoning", "classifier")
+    assert float(hard.headers["x-thinktier-difficulty-score"]) >= POLICY.routing.thresholds.medium
+    assert hard.headers["x-thinktier-effort"] in ("medium", "high")
+    assert int(hard.headers["x-thinktier-priority"]) > int(greeting.headers["x-thinktier-priority"])
