@@ -66,7 +66,7 @@ def timeline(record: RunRecord, tier: str) -> list[dict[str, Any]]:
 def run_variant(policy_path: Path, workload: Workload, port: int) -> RunRecord:
     pool = PromptPool.builtin(["en"], max_chars=workload.max_prompt_chars)
     items = open_loop(pool, Mix.parse(workload.mix), workload.rate, workload.shape, workload.duration_s, workload.seed)
-    options = RequestOptions(reasoning_effort=workload.effort)  # type: ignore[arg-type]
+    options = RequestOptions(model="thinktier", reasoning_effort=workload.effort)  # type: ignore[arg-type]
     with LocalCluster(policy_path, port=port, progress=lambda line: print(f"[{policy_path.stem}] {line}", flush=True)) as c:
         target = Target(c.url, options=options)
         record = asyncio.run(
