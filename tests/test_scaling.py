@@ -119,8 +119,9 @@ def test_kv_pressure_degrades_sheds_scales_up_steers_and_scales_down(scaling_app
 
         wait_for(lambda: running_replicas(url) == 2, 300, "the KV-aware autoscaler to add a replica")
         scaled_at = time.monotonic()
-        wait_for(lambda: sum(sent > scaled_at for sent, _ in load.served) >= 8, 180, "requests after the scale-up")
+        wait_for(lambda: sum(sent > scaled_at for sent, _ in load.served) >= 5, 180, "requests after the scale-up")
     assert not load.failed, load.failed[:3]
-    after = [replica for sent, replica in sorted(load.served) if sent > scaled_at][:8]
-    assert sum(replica != old for replica in after) >= 6, f"new requests should avoid the full replica {old}: {after}"
+    # The first requests after the scale-up go to the new, empty replica; later ones balance the two.
+    after = [replica for sent, replica in sorted(load.served) if sent > scaled_at][:5]
+    assert sum(replica != old for replica in after) >= 4, f"new requests should avoid the full replica {old}: {after}"
     wait_for(lambda: running_replicas(url) == 1, 180, "the scale-down after the load ended")

@@ -149,7 +149,9 @@ def test_oversized_prompt_is_rejected_with_its_length(serving_url: str) -> None:
     response = chat(serving_url, messages=[{"role": "user", "content": long_prompt}])
     assert response.status_code == 400, response.text
     error = response.json()["error"]
-    assert error["code"] == "context_length_exceeded" and "at most 256" in error["message"]
+    limit = POLICY.tiers["reasoning"].max_prompt_tokens  # both tiers of the tiny policy accept the same
+    assert limit == POLICY.tiers["chat"].max_prompt_tokens
+    assert error["code"] == "context_length_exceeded" and f"at most {limit}" in error["message"]
     assert chat(serving_url, model="tiny-chat").status_code == 200
 
 
