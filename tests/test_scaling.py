@@ -103,7 +103,6 @@ def test_kv_pressure_degrades_sheds_scales_up_steers_and_scales_down(scaling_app
                  "KV pressure")
         assert not load.failed, load.failed[:3]
         wait_for(lambda: probe(url, "high").headers.get("x-thinktier-degraded") == "budget:low", 60, "a shrunk budget")
-        old = probe(url, "high").headers["x-thinktier-replica"]  # the only replica, now full
         wait_for(lambda: probe(url, "low").headers.get("x-thinktier-degraded") == "chat", 60, "the chat fallback")
         # Without the chat fallback (a live policy edit) nothing can take a saturated request: 429 + Retry-After.
         original = policy.read_text()
@@ -118,10 +117,12 @@ def test_kv_pressure_degrades_sheds_scales_up_steers_and_scales_down(scaling_app
         wait_for(lambda: metric_max(url, "thinktier_stragglers", "reasoning") >= 1, 60, "stragglers (past 120 thinking tokens)")
 
         wait_for(lambda: running_replicas(url) == 2, 300, "the KV-aware autoscaler to add a replica")
-        scaled_at = time.monotonic()
-        wait_for(lambda: sum(sent > scaled_at for sent, _ in load.served) >= 5, 180, "requests after the scale-up")
+        old = sorted(load.served)[0][1]  # the load started on the only replica
+        wait_for(lambda: any(replica != old for _, replica in load.served), 60, "a request on the new replica")
+        scaled_at = min(sent for sent, replica in load.served if replica != old)  # when the new one became routable
+        wait_for(lambda: sum(sent >= scaled_at for sent, _ in load.served) >= 5, 180, "requests after the scale-up")
     assert not load.failed, load.failed[:3]
     # The first requests after the scale-up go to the new, empty replica; later ones balance the two.
-    after = [replica for sent, replica in sorted(load.served) if sent > scaled_at][:5]
+    after = [replica for sent, replica in sorted(load.served) if sent >= scaled_at][:5]
     assert sum(replica != old for replica in after) >= 4, f"new requests should avoid the full replica {old}: {after}"
     wait_for(lambda: running_replicas(url) == 1, 180, "the scale-down after the load ended")
