@@ -13,11 +13,13 @@ import asyncio
 import json
 import os
 import statistics
+import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import httpx
+import yaml
 from tqdm import tqdm
 
 from cluster.local import LocalCluster
@@ -113,9 +115,20 @@ async def _interleaved(engine: TierEngine, url: str, model: str, n: int, answer_
     return samples
 
 
-def run(policy_path: str, tier: str, n: int, answer_tokens: int, out_dir: Path) -> OverheadResult:
-    policy = load_policy(policy_path)
-    with LocalCluster(policy_path, port=18765, progress=lambda line: print(f"[cluster] {line}", flush=True)) as cluster:
+def without_classifier(policy_path: str) -> str:
+    """A copy of the policy with the difficulty classifier off (its latency is `thinktier classifier bench`'s)."""
+    data = yaml.safe_load(Path(policy_path).read_text())
+    data.setdefault("routing", {}).setdefault("classifier", {})["enabled"] = False
+    path = Path(tempfile.mkdtemp(prefix="thinktier-overhead-")) / "policy.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return str(path)
+
+
+def run(policy_path: str, tier: str, n: int, answer_tokens: int, out_dir: Path, classifier: bool) -> OverheadResult:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    served_policy = policy_path if classifier else without_classifier(policy_path)
+    policy = load_policy(served_policy)
+    with LocalCluster(served_policy, port=18765, progress=lambda line: print(f"[cluster] {line}", flush=True)) as cluster:
         os.environ.update(engine_env(policy.tiers[tier]))  # the same engine settings as the tier's replica
         engine = TierEngine(tier, policy.tiers[tier])
         try:
@@ -126,17 +139,18 @@ def run(policy_path: str, tier: str, n: int, answer_tokens: int, out_dir: Path) 
         tier=tier, requests=n, answer_tokens=answer_tokens,
         **{name: Summary.of(values) for name, values in samples.items()},
     )
-    write(result, policy_path, out_dir)
+    write(result, policy_path, out_dir, classifier)
     return result
 
 
-def write(result: OverheadResult, policy_path: str, out_dir: Path) -> None:
-    out_dir.mkdir(parents=True, exist_ok=True)
+def write(result: OverheadResult, policy_path: str, out_dir: Path, classifier: bool) -> None:
+    flag = " --with-classifier" if classifier else ""
     data = asdict(result) | {
         "added_e2e_median_ms": result.added_e2e_median_ms,
         "added_ttft_median_ms": result.added_ttft_median_ms,
         "policy": policy_path,
-        "command": f"thinktier bench overhead --policy {policy_path} --tier {result.tier} --requests {result.requests}",
+        "classifier": classifier,
+        "command": f"thinktier bench overhead --policy {policy_path} --tier {result.tier} --requests {result.requests}{flag}",
     }
     (out_dir / "overhead.json").write_text(json.dumps(data, indent=2) + "\n")
     rows = [
@@ -157,4 +171,7 @@ def write(result: OverheadResult, policy_path: str, out_dir: Path) -> None:
             f"| {name} | {direct.median_ms:.1f} ms | {direct.p99_ms:.1f} ms | {service.median_ms:.1f} ms | "
             f"{service.p99_ms:.1f} ms | {added_median:+.1f} ms | {added_p99:+.1f} ms |"
         )
+    lines.append("")
+    lines.append("The difficulty classifier was " + ("on: its scoring is included." if classifier else
+                 "off: these are the ingress and router alone; `thinktier classifier bench` measures the classifier."))
     (out_dir / "overhead.md").write_text("\n".join(lines) + "\n")
