@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import tempfile
 from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
@@ -40,7 +41,7 @@ class Workload:
 
 
 def variant_policy(policy_path: Path, tier: str, signal: str, out_dir: Path) -> Path:
-    """A copy of the policy whose `tier` scales on `signal`."""
+    """A copy of the policy whose `tier` scales on `signal`, in `out_dir`."""
     data = yaml.safe_load(policy_path.read_text())
     data["tiers"][tier].setdefault("autoscaling", {})["signal"] = signal
     path = out_dir / f"policy-{signal}.yaml"
@@ -155,7 +156,8 @@ def run(policy_path: Path, tier: str, workload: Workload, out_dir: Path, port: i
     slos = load_policy(policy_path).slos
     results = []
     for signal in VARIANTS:
-        record = run_variant(variant_policy(policy_path, tier, signal, out_dir), workload, port)
+        variants = Path(tempfile.mkdtemp(prefix="thinktier-autoscaling-"))
+        record = run_variant(variant_policy(policy_path, tier, signal, variants), workload, port)
         results.append(summarise(signal, record, run_report(record, slos), tier))
     (out_dir / "autoscaling.json").write_text(json.dumps({"command": command, "workload": workload.__dict__,
                                                            "results": results}, indent=1) + "\n")
