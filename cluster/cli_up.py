@@ -36,7 +36,8 @@ def _up(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         pass
     finally:
-        print("shutting down Ray ...", flush=True)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not leave Ray half stopped
+        print("shutting down Ray (a few seconds) ...", flush=True)
         cluster.stop()
     return 0
 
