@@ -26,6 +26,9 @@ from policies.loader import DEFAULT_POLICY
 from policies.schema import Policy
 from policies.watcher import PolicyChange, PolicyWatcher
 
+AUTO_MODELS = frozenset({"thinktier", "auto"})
+"""Model names that let the router pick the tier."""
+
 app = FastAPI(title="thinktier", description="OpenAI-compatible reasoning service with difficulty-tiered serving.")
 
 
@@ -115,9 +118,12 @@ class Ingress:
             expected = os.environ.get(tenant.api_key_env)
             if expected and key == expected:
                 return name
+        if key and self.policy.tenants:
+            raise oa.APIError(401, "unknown API key: it belongs to no tenant of this service's policy", "authentication_error",
+                              code="invalid_api_key")
         if self.policy.server.allow_anonymous:
             return "anonymous"
-        raise oa.APIError(401, "missing or unknown API key: send 'Authorization: Bearer <key>'", "authentication_error",
+        raise oa.APIError(401, "missing API key: send 'Authorization: Bearer <key>'", "authentication_error",
                           code="invalid_api_key")
 
     def _admit(self, tenant: str) -> None:
@@ -136,15 +142,15 @@ class Ingress:
 
     async def _decide(self, parsed: oa.OpenAIRequest, tenant: str) -> Decision:
         requested = self.policy.tier_for_model(parsed.model)
-        if requested is None and parsed.model not in self._auto_models():
+        if requested is None and parsed.model not in AUTO_MODELS:
             raise oa.APIError(404, f"model {parsed.model!r} does not exist; GET /v1/models lists the models",
                               param="model", code="model_not_found")
         routing = RoutingRequest(
-            prompt=parsed.prompt_text(),  # type: ignore[attr-defined]
+            prompt=parsed.prompt_text(),
             model=parsed.model if requested else None,
             reasoning_effort=parsed.reasoning_effort,
             max_thinking_tokens=parsed.max_thinking_tokens,
-            max_answer_tokens=parsed.answer_cap,  # type: ignore[attr-defined]
+            max_answer_tokens=parsed.answer_cap,
             tenant=tenant,
         )
         difficulty = None
@@ -160,9 +166,6 @@ class Ingress:
         if decision.degraded:
             self.metrics.degraded.labels(decision.degraded.split(":")[0]).inc()
         return decision
-
-    def _auto_models(self) -> set[str]:
-        return {"thinktier", "auto"}
 
     async def _serve(self, request: Request, kind: type[oa.OpenAIRequest]) -> Response:
         try:
@@ -267,7 +270,7 @@ class Ingress:
 
     @app.get("/v1/models")
     async def models(self) -> dict[str, Any]:
-        names = [*sorted(self._auto_models()), *(self.policy.served_name(t) for t in self.policy.tiers)]
+        names = [*sorted(AUTO_MODELS), *(self.policy.served_name(t) for t in self.policy.tiers)]
         return {"object": "list", "data": [{"id": n, "object": "model", "created": 0, "owned_by": "thinktier"} for n in names]}
 
     @app.get("/healthz")

@@ -30,6 +30,15 @@ class OpenAIRequest(BaseModel):
     max_thinking_tokens: int | None = Field(None, ge=0, description="thinktier: cap on thinking tokens, clipped to the policy.")
     user: str | None = None
 
+    def prompt_text(self) -> str:
+        """The text the difficulty classifier reads."""
+        raise NotImplementedError
+
+    @property
+    def answer_cap(self) -> int | None:
+        """The client's cap on answer tokens."""
+        raise NotImplementedError
+
     @property
     def include_usage(self) -> bool:
         return bool(self.stream_options and self.stream_options.get("include_usage"))

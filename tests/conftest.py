@@ -12,6 +12,9 @@ import pytest
 
 TESTS = Path(__file__).parent
 TINY_POLICY = TESTS.parent / "policies" / "examples" / "tiny.yaml"
+TENANT_KEY_ENV = "THINKTIER_TEST_TENANT_KEY"
+TENANT_KEY = "sk-test-acme-123"
+"""An API key the session's Ray workers hold in TENANT_KEY_ENV, for tests that add a tenant to the policy."""
 
 
 def free_port() -> int:
@@ -37,7 +40,8 @@ def serve_port() -> Iterator[int]:
     from cluster.local import RAY_ENV
 
     os.environ.update(RAY_ENV)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": RAY_ENV})
+    env = RAY_ENV | {TENANT_KEY_ENV: TENANT_KEY}
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": env})
     port = free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     yield port

@@ -108,9 +108,10 @@ def test_kv_pressure_degrades_sheds_scales_up_steers_and_scales_down(scaling_app
         original = policy.read_text()
         policy.write_text(original.replace("fallback_to_chat: true", "fallback_to_chat: false"))
         try:
-            wait_for(lambda: probe(url, "low").status_code == 429, 60, "a 429")
-            shed = probe(url, "low")
-            assert shed.status_code == 429 and shed.headers["retry-after"] == "3"
+            responses: list[httpx.Response] = []
+            wait_for(lambda: responses.append(probe(url, "low")) or responses[-1].status_code == 429, 60, "a 429")
+            shed = responses[-1]  # saturation comes and goes: check the 429 that was seen
+            assert shed.headers["retry-after"] == "3"
             assert shed.json()["error"]["code"] == "overloaded"
         finally:
             policy.write_text(original)

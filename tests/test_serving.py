@@ -9,7 +9,7 @@ import openai
 import pytest
 
 from policies.loader import load_policy
-from tests.conftest import TINY_POLICY
+from tests.conftest import TENANT_KEY, TENANT_KEY_ENV, TINY_POLICY
 
 pytestmark = pytest.mark.integration
 POLICY = load_policy(TINY_POLICY)
@@ -217,3 +217,34 @@ def test_classifier_decides_tier_and_effort_visible_in_headers(serving_url: str)
     harder = [d for d in decisions if d["x-thinktier-effort"] in ("medium", "high")]
     assert len(harder) >= 0.8 * len(decisions), [d["x-thinktier-difficulty-score"] for d in decisions]
     assert all(int(d["x-thinktier-priority"]) > int(greeting.headers["x-thinktier-priority"]) for d in harder)
+
+
+def test_tenants_are_known_by_api_key_and_held_to_their_effort(serving_url: str, served_policy_file: Path) -> None:
+    import time
+
+    original = served_policy_file.read_text()
+    low = str(POLICY.tiers["reasoning"].budgets["low"].thinking_tokens)
+
+    def ask(key: str | None) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        body = {"model": "tiny-reasoning", "reasoning_effort": "high", "messages": QUESTION, "max_tokens": 4}
+        return httpx.post(f"{serving_url}/v1/chat/completions", json=body, headers=headers, timeout=120)
+
+    served_policy_file.write_text(original + f"tenants:\n  acme: {{api_key_env: {TENANT_KEY_ENV}, max_effort: low}}\n")
+    try:
+        deadline = time.monotonic() + 15
+        while ask(TENANT_KEY).headers.get("x-thinktier-thinking-budget") != low:
+            assert time.monotonic() < deadline, "the tenant's max_effort never applied"
+            time.sleep(0.5)
+        unknown = ask("sk-not-a-tenant")
+        assert unknown.status_code == 401
+        error = unknown.json()["error"]
+        assert error["type"] == "authentication_error" and "unknown API key" in error["message"]
+        anonymous = ask(None)  # the policy allows anonymous clients, who are not held to acme's limits
+        assert anonymous.status_code == 200 and anonymous.headers["x-thinktier-thinking-budget"] == str(HIGH.thinking_tokens)
+    finally:
+        served_policy_file.write_text(original)
+    deadline = time.monotonic() + 15
+    while ask("sk-not-a-tenant").status_code != 200:  # without tenants, any key is served
+        assert time.monotonic() < deadline, "removing the tenants never applied"
+        time.sleep(0.5)
