@@ -17,14 +17,12 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from cluster.local import LocalCluster
 from loadtest.client import RequestOptions
 from loadtest.report import RunReport, run_report
 from loadtest.runner import RunRecord, RunSettings, Target, run_open_loop
 from loadtest.workload import Mix, PromptPool, open_loop
-from policies.loader import load_policy
+from policies.loader import load_policy, write_policy_variant
 
 VARIANTS = ("kv_and_stragglers", "ongoing_requests")
 
@@ -42,12 +40,11 @@ class Workload:
 
 def variant_policy(policy_path: Path, tier: str, signal: str, out_dir: Path) -> Path:
     """A copy of the policy whose `tier` scales on `signal`, in `out_dir`."""
-    data = yaml.safe_load(policy_path.read_text())
-    data["tiers"][tier].setdefault("autoscaling", {})["signal"] = signal
-    path = out_dir / f"policy-{signal}.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    load_policy(path)  # the variant must still be a valid policy
-    return path
+
+    def edit(data: dict[str, Any]) -> None:
+        data["tiers"][tier].setdefault("autoscaling", {})["signal"] = signal
+
+    return write_policy_variant(policy_path, edit, out_dir / f"policy-{signal}.yaml")
 
 
 def replica_seconds(record: RunRecord, tier: str) -> float:

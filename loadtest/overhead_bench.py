@@ -17,15 +17,15 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
-import yaml
 from tqdm import tqdm
 
 from cluster.local import LocalCluster
 from cluster.serve_config import engine_env
 from deployments.engine import TierEngine, TierRequest
-from policies.loader import load_policy
+from policies.loader import load_policy, write_policy_variant
 
 PROMPT = "what is the sum of 17 and 25"
 
@@ -117,11 +117,12 @@ async def _interleaved(engine: TierEngine, url: str, model: str, n: int, answer_
 
 def without_classifier(policy_path: str) -> str:
     """A copy of the policy with the difficulty classifier off (its latency is `thinktier classifier bench`'s)."""
-    data = yaml.safe_load(Path(policy_path).read_text())
-    data.setdefault("routing", {}).setdefault("classifier", {})["enabled"] = False
-    path = Path(tempfile.mkdtemp(prefix="thinktier-overhead-")) / "policy.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return str(path)
+
+    def edit(data: dict[str, Any]) -> None:
+        data.setdefault("routing", {}).setdefault("classifier", {})["enabled"] = False
+
+    dest = Path(tempfile.mkdtemp(prefix="thinktier-overhead-")) / "policy.yaml"
+    return str(write_policy_variant(policy_path, edit, dest))
 
 
 def run(policy_path: str, tier: str, n: int, answer_tokens: int, out_dir: Path, classifier: bool) -> OverheadResult:

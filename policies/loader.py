@@ -290,6 +290,15 @@ def parse_policy(text: str, file: str = "<policy>") -> Policy:
     return policy
 
 
+def write_policy_variant(source: str | Path, edit: Callable[[dict[str, Any]], None], dest: Path) -> Path:
+    """Write to `dest` a copy of the policy at `source` with `edit` applied to its data; the copy must validate."""
+    data = yaml.safe_load(Path(source).read_text())
+    edit(data)
+    dest.write_text(yaml.safe_dump(data, sort_keys=False))
+    load_policy(dest)
+    return dest
+
+
 def load_policy(path: str | Path | None = None) -> Policy:
     """Load and validate the policy at `path` (the embedded default when None)."""
     path = Path(path) if path is not None else DEFAULT_POLICY
