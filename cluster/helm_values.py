@@ -25,7 +25,7 @@ from policies.schema import Policy, Tier
 
 POLICY_MOUNT_DIR = "/etc/thinktier"
 """Where pods mount the policy ConfigMap, as a directory: the kubelet's atomic symlink swap on a
-ConfigMap update then reaches the router's file watcher (a subPath mount would never update)."""
+ConfigMap update then reaches the ingress's policy watcher (a subPath mount would never update)."""
 POLICY_KEY = "policy.yaml"
 POLICY_PATH = f"{POLICY_MOUNT_DIR}/{POLICY_KEY}"
 

@@ -249,7 +249,7 @@ def test_policy_configmap_is_mounted_as_a_directory_everywhere(render: Render) -
     pods = [cluster["headGroupSpec"]["template"]["spec"]] + [g["template"]["spec"] for g in cluster["workerGroupSpecs"]]
     for pod in pods:
         mount = next(m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "policy")
-        # No subPath: the kubelet's symlink swap must reach the router's file watcher.
+        # No subPath: the kubelet's symlink swap must reach the ingress's policy watcher.
         assert mount == {"name": "policy", "mountPath": str(Path(POLICY_PATH).parent), "readOnly": True}
         assert {"name": "policy", "configMap": {"name": "thinktier-policy"}} in pod["volumes"]
 
