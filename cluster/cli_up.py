@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 import signal
+import sys
 import threading
 import time
 
-from cluster.local import LocalCluster
+from cluster.local import LocalCluster, StartupError
 from policies.loader import PolicyError
 
 
@@ -33,6 +34,9 @@ def _up(args: argparse.Namespace) -> int:
         print(f"  metrics: {cluster.url}/metrics   readiness: {cluster.url}/readyz   Ctrl-C stops.\n", flush=True)
         while not stop.wait(1):
             pass
+    except StartupError as err:
+        print(f"thinktier up: {err}", file=sys.stderr, flush=True)
+        return 1
     except KeyboardInterrupt:
         pass
     finally:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -10,20 +12,57 @@ from types import TracebackType
 
 import httpx
 
+from cluster.models import resolve_model
 from cluster.serve_config import APP_NAME
 from policies.loader import load_policy
 
 RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_DEDUP_LOGS": "1", "TOKENIZERS_PARALLELISM": "false"}
+FAILED_STATES = frozenset({"DEPLOY_FAILED", "UNHEALTHY"})
+"""Deployment (and application) states that waiting will not fix."""
 
 
-def _status_line(app_name: str) -> str:
-    """One line of deployment states, e.g. 'tier-reasoning: UPDATING, Ingress: HEALTHY'."""
+class StartupError(RuntimeError):
+    """thinktier could not start; the message says why and where to look."""
+
+
+def _exception_line(message: str) -> str:
+    """The exception line of a Ray Serve status message that ends with a traceback (its first line otherwise)."""
+    lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
+    errors = [line for line in lines if re.match(r"^[\w.]*(Error|Exception|Exit)\w*(\(\w+\))?: ", line)]
+    return (errors or lines or ["(no message)"])[-1]
+
+
+def _logs_dir() -> str:
+    import ray
+
+    node = ray._private.worker._global_node  # the local node's session; public APIs expose no log path
+    return str(Path(node.get_logs_dir_path()) / "serve") if node is not None else "/tmp/ray/session_latest/logs/serve"
+
+
+def _check_port_free(host: str, port: int) -> None:
+    with socket.socket() as sock:
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            raise StartupError(
+                f"cannot serve on {host}:{port}: {exc.strerror}; stop what listens there or pass --port"
+            ) from None
+
+
+def _app_state(app_name: str) -> tuple[str, str | None]:
+    """One line of deployment states ('tier-reasoning: UPDATING, Ingress: HEALTHY') and the first failure, if any."""
     from ray import serve
 
     app = serve.status().applications.get(app_name)
     if app is None:
-        return "deploying"
-    return ", ".join(f"{name}: {d.status.value}" for name, d in app.deployments.items())
+        return "deploying", None
+    line = ", ".join(f"{name}: {d.status.value}" for name, d in app.deployments.items())
+    for name, deployment in app.deployments.items():
+        if deployment.status.value in FAILED_STATES:
+            return line, f"{name} is {deployment.status.value}: {_exception_line(deployment.message)}"
+    if app.status.value in FAILED_STATES:
+        return line, f"application {app_name} is {app.status.value}: {_exception_line(app.message)}"
+    return line, None
 
 
 class LocalCluster:
@@ -52,39 +91,61 @@ class LocalCluster:
         return f"http://{self.host}:{self.port}{self.route_prefix.rstrip('/')}"
 
     def start(self, timeout_s: float = 600) -> LocalCluster:
+        """Start Ray and Serve and deploy; raises StartupError with the cause (a replica's own error included)."""
         import ray
         from ray import serve
 
         from deployments.app import AppArgs, build_app
 
+        if not ray.is_initialized():
+            _check_port_free(self.host, self.port)
+        self._prepare_models()
         os.environ.update(RAY_ENV)
         if not ray.is_initialized():
             self.progress("starting Ray")
-            ray.init(num_cpus=self.num_cpus, include_dashboard=False, log_to_driver=False,
-                     runtime_env={"env_vars": RAY_ENV})
+            try:
+                ray.init(num_cpus=self.num_cpus, include_dashboard=False, log_to_driver=False,
+                         runtime_env={"env_vars": RAY_ENV})
+            except Exception as exc:
+                raise StartupError(f"Ray did not start: {_exception_line(str(exc))} (logs: /tmp/ray/session_latest/logs)") from exc
             self._owns_ray = True
-        serve.start(http_options={"host": self.host, "port": self.port})
-        self.progress("deploying the application (engines take tens of seconds to load)")
-        app = build_app(AppArgs(policy_path=self.policy_path))
-        serve._run(app, name=self.app_name, route_prefix=self.route_prefix, _blocking=False)
-        self._wait_ready(timeout_s)
+        try:
+            serve.start(http_options={"host": self.host, "port": self.port})
+            self.progress("deploying the application (engines take tens of seconds to load)")
+            app = build_app(AppArgs(policy_path=self.policy_path))
+            serve._run(app, name=self.app_name, route_prefix=self.route_prefix, _blocking=False)
+            self._wait_ready(timeout_s)
+        except BaseException:
+            self.stop()  # a failed start leaves no application (and no Ray of ours) behind
+            raise
         return self
+
+    def _prepare_models(self) -> None:
+        """Build the builtin models here, before Ray starts, so a missing package fails at once and with its fix."""
+        for spec in sorted({tier.model for tier in self.policy.tiers.values()}):
+            self.progress(f"model {spec}")
+            try:
+                resolve_model(spec)
+            except (RuntimeError, ValueError) as exc:
+                raise StartupError(f"model {spec} cannot be resolved: {exc}") from exc
 
     def _wait_ready(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
         last = ""
         while time.monotonic() < deadline:
-            line = _status_line(self.app_name)
+            line, failure = _app_state(self.app_name)
             if line != last:
                 self.progress(line)
                 last = line
+            if failure is not None:
+                raise StartupError(f"{failure}\n  full log: {_logs_dir()} (controller_*.log, replica_*.log)")
             try:
                 if httpx.get(f"{self.url}/readyz", timeout=5).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass
             time.sleep(1)
-        raise TimeoutError(f"thinktier was not ready after {timeout_s:.0f} s; last state: {last}")
+        raise StartupError(f"thinktier was not ready after {timeout_s:.0f} s; last state: {last}; logs: {_logs_dir()}")
 
     def stop(self) -> None:
         import ray

