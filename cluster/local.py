@@ -12,8 +12,8 @@ from types import TracebackType
 
 import httpx
 
-from cluster.models import resolve_model
 from cluster.serve_config import APP_NAME
+from deployments.models import resolve_model
 from policies.loader import load_policy
 
 RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_DEDUP_LOGS": "1", "TOKENIZERS_PARALLELISM": "false"}
@@ -95,7 +95,7 @@ class LocalCluster:
         import ray
         from ray import serve
 
-        from deployments.app import AppArgs, build_app
+        from cluster.app import AppArgs, build_app
 
         if not ray.is_initialized():
             _check_port_free(self.host, self.port)
@@ -107,7 +107,8 @@ class LocalCluster:
                 ray.init(num_cpus=self.num_cpus, include_dashboard=False, log_to_driver=False,
                          runtime_env={"env_vars": RAY_ENV})
             except Exception as exc:
-                raise StartupError(f"Ray did not start: {_exception_line(str(exc))} (logs: /tmp/ray/session_latest/logs)") from exc
+                line = _exception_line(str(exc))
+                raise StartupError(f"Ray did not start: {line} (logs: /tmp/ray/session_latest/logs)") from exc
             self._owns_ray = True
         try:
             serve.start(http_options={"host": self.host, "port": self.port})

@@ -14,7 +14,7 @@ from cluster.request_router import serve_request_router_config
 from policies.schema import Policy, Tier
 
 APP_NAME = "thinktier"
-APP_IMPORT_PATH = "deployments.app:build_app"
+APP_IMPORT_PATH = "cluster.app:build_app"
 INGRESS = "Ingress"
 LOAD_BOARD = "LoadBoard"
 CLASSIFIER = "DifficultyClassifier"

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from cluster.models import resolve_model
+from deployments.models import resolve_model
 from deployments.replica_stats import ReplicaStats
 from policies.schema import DifficultyClass, Tier
 

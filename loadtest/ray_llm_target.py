@@ -17,8 +17,8 @@ from typing import Any
 
 import httpx
 
-from cluster.models import resolve_model
 from deployments.engine import engine_kwargs
+from deployments.models import resolve_model
 from policies.schema import Tier
 
 REASONING_PARSER = "deepseek_r1"

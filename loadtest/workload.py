@@ -16,7 +16,7 @@ from typing import Literal, get_args
 
 import numpy as np
 
-from loadtest.problems import CHAT_PROMPTS, Problem, load_problems
+from deployments.problems import CHAT_PROMPTS, Problem, load_problems
 
 RequestClass = Literal["easy", "medium", "hard", "chat"]
 REQUEST_CLASSES: tuple[RequestClass, ...] = get_args(RequestClass)

@@ -6,10 +6,10 @@ from collections import Counter
 
 import pytest
 
-from cluster.classifier_config import TrainingConfig
-from cluster.classifier_training import build_examples, split_by_problem
+from deployments.classifier_config import TrainingConfig
+from deployments.classifier_training import build_examples, split_by_problem
 from deployments.difficulty import DifficultyModel
-from loadtest.problems import CHAT_PROMPTS, MissingDataError, Problem, load_problems
+from deployments.problems import CHAT_PROMPTS, MissingDataError, Problem, load_problems
 from policies.schema import Thresholds
 
 # Prompts that appear nowhere in the training data: the chat class must generalise beyond its hand-written list.

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from deployments.problems import Problem
 from loadtest.gpu_bench import (
     CONFIGS,
     RequestRecord,
@@ -21,7 +22,6 @@ from loadtest.gpu_bench import (
     step_profile_file,
     summarize,
 )
-from loadtest.problems import Problem
 from loadtest.workload import Mix, PromptPool
 from policies.loader import load_policy
 from policies.schema import SLO

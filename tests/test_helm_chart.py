@@ -23,7 +23,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from cluster import cli
+from cli.main import main as thinktier_main
 from cluster.helm_values import POLICY_PATH, render_helm_values
 from cluster.serve_config import pool_resource, serve_config
 from deployments.metrics import PREFIX, ServiceMetrics
@@ -419,12 +419,12 @@ def test_checked_in_generated_values_are_up_to_date(generated: Path, policy_file
     assert generated.read_text() == render_helm_values(policy_file), (
         f"{generated} is stale; run: thinktier helm values --policy {policy_file} --output {generated.relative_to(ROOT)}"
     )
-    assert cli.main(["helm", "values", "--policy", policy_file, "--output", str(generated), "--check"]) == 0
+    assert thinktier_main(["helm", "values", "--policy", policy_file, "--output", str(generated), "--check"]) == 0
 
 
 def test_helm_values_cli_refuses_an_invalid_policy(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text((ROOT / "policies/default.yaml").read_text().replace("max_num_seqs: 16", "max_num_seqs: 0", 1))
-    assert cli.main(["helm", "values", "--policy", str(bad)]) == 2
+    assert thinktier_main(["helm", "values", "--policy", str(bad)]) == 2
     err = capsys.readouterr().err
     assert "max_num_seqs" in err and str(bad) in err

@@ -19,7 +19,7 @@ import httpx
 import openai
 import pytest
 
-from cluster.models import missing_package
+from deployments.models import missing_package
 from policies.loader import load_policy
 from tests.conftest import free_port
 

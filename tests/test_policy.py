@@ -9,8 +9,8 @@ import jsonschema
 import pytest
 import yaml
 
-from cluster import cli_policy
-from cluster.cli import build_parser
+from cli import policy as cli_policy
+from cli.main import build_parser
 from policies.json_schema import SCHEMA_FILE, policy_json_schema, render_json_schema
 from policies.loader import DEFAULT_POLICY, PolicyError, load_policy, parse_policy
 from policies.schema import EngineArgs

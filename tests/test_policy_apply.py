@@ -12,7 +12,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from cluster import cli
+from cli.main import main as thinktier_main
 from cluster.kube import CREATED, UNCHANGED, UPDATED, apply_policy
 from policies.loader import DEFAULT_POLICY, PolicyError
 
@@ -107,7 +107,7 @@ def test_cli_applies_through_a_kubeconfig_context(
     path.write_text(yaml.safe_dump(kubeconfig))
     monkeypatch.setenv("KUBECONFIG", str(path))
     argv = ["policy", "apply", str(DEFAULT_POLICY), "--configmap", CONFIGMAP, "--namespace", NAMESPACE, "--context", "fake-ctx"]
-    assert cli.main(argv) == 0
+    assert thinktier_main(argv) == 0
     configuration = client.Configuration()
     configuration.host = server.url
     data = client.CoreV1Api(client.ApiClient(configuration)).read_namespaced_config_map(CONFIGMAP, NAMESPACE).data
@@ -115,5 +115,5 @@ def test_cli_applies_through_a_kubeconfig_context(
 
     bad = tmp_path / "bad.yaml"
     bad.write_text("tiers: {}\nbogus: 1\n")
-    assert cli.main(["policy", "apply", str(bad), *argv[3:]]) == 1
+    assert thinktier_main(["policy", "apply", str(bad), *argv[3:]]) == 1
     assert "bogus" in capsys.readouterr().out

@@ -197,7 +197,7 @@ def test_live_reload_applies_good_edits_and_keeps_serving_through_bad_ones(servi
 
 def test_classifier_decides_tier_and_effort_visible_in_headers(serving_url: str) -> None:
     from deployments.difficulty import DifficultyModel
-    from loadtest.problems import load_problems
+    from deployments.problems import load_problems
 
     greeting = chat(serving_url, messages=[{"role": "user", "content": "Hey! Hope your week is going well."}])
     assert greeting.status_code == 200, greeting.text

@@ -1,6 +1,6 @@
 """The application builder: one policy in, the bound Serve application out.
 
-`serve run deployments.app:build_app policy_path=FILE` and the RayService's serveConfigV2
+`serve run cluster.app:build_app policy_path=FILE` and the RayService's serveConfigV2
 both come through here; deployment options come from cluster/serve_config.py.
 """
 

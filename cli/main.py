@@ -8,12 +8,12 @@ import sys
 
 # Modules that add subcommands; each exposes register(subparsers) and sets `func` on its parsers.
 COMMAND_MODULES = (
-    "cluster.cli_up",
-    "cluster.cli_bench",
-    "cluster.cli_policy",
-    "cluster.cli_loadtest",
-    "cluster.cli_helm",
-    "cluster.cli_classifier",
+    "cli.up",
+    "cli.bench",
+    "cli.policy",
+    "cli.loadtest",
+    "cli.helm",
+    "cli.classifier",
 )
 
 

@@ -18,7 +18,7 @@ import torch
 from tqdm import tqdm
 
 from deployments.difficulty import DifficultyModel
-from loadtest.problems import CHAT_PROMPTS, load_problems
+from deployments.problems import CHAT_PROMPTS, load_problems
 
 RESULTS_DIR = Path(__file__).resolve().parent.parent / "loadtest" / "results"
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from deployments.difficulty_artifact import ARTIFACTS_DIR
-from loadtest.problems import LANGUAGES
+from deployments.problems import LANGUAGES
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ import transformers
 from safetensors.torch import save_file
 from tqdm import tqdm
 
-from cluster.classifier_config import TrainingConfig
+from deployments.classifier_config import TrainingConfig
 from deployments.difficulty import Embedder, Head, embedder_version
 from deployments.difficulty_artifact import (
     HEAD_CLASSES,
@@ -29,13 +29,13 @@ from deployments.difficulty_artifact import (
     HeldOutReport,
     Provenance,
 )
-from loadtest.problems import CHAT_PROMPTS, GSM_PACKAGE, MMATH_PACKAGE, gsm_wheel, load_problems
+from deployments.problems import CHAT_PROMPTS, GSM_PACKAGE, MMATH_PACKAGE, gsm_wheel, load_problems
 
 # Where a prompt of each class should land: the middle of the policy's effort bands for the default thresholds
 # (chat < 0.3 <= easy < 0.55 <= medium < 0.8 <= hard).
 SCORE_ANCHORS: dict[HeadClass, float] = {"chat": 0.0, "easy": 0.42, "medium": 0.68, "hard": 1.0}
 CHAT_SOURCE = (
-    "hand-written no-reasoning prompts in loadtest/problems.py CHAT_PROMPT_KINDS (greeting, factual, rewriting, small-talk)"
+    "hand-written no-reasoning prompts in deployments/problems.py CHAT_PROMPT_KINDS (greeting, factual, rewriting, small-talk)"
 )
 EMBED_CHUNK = 32  # prompts per progress-bar step
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from cluster.classifier_config import TrainingConfig
+from deployments.classifier_config import TrainingConfig
 from deployments.difficulty_artifact import ArtifactManifest, HeldOutReport
 from policies.schema import Thresholds
 
@@ -90,7 +90,7 @@ def print_manifest_report(manifest: ArtifactManifest) -> None:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from cluster.classifier_training import train
+    from deployments.classifier_training import train
 
     config = TrainingConfig(
         version=args.version,
@@ -109,8 +109,8 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from cluster.classifier_bench import bench, write_results
     from deployments.difficulty import DifficultyModel
+    from loadtest.classifier_bench import bench, write_results
 
     model = DifficultyModel.load(args.artifact, num_threads=args.threads)
     rows = bench(model, args.batch_sizes, args.repeats)

@@ -1,0 +1,1 @@
+"""The `thinktier` command line: the top layer, one module per command group."""
