@@ -40,7 +40,9 @@ def build_app(args: dict[str, Any] | AppArgs) -> Application:
         classifier = DifficultyClassifier.options(**options[CLASSIFIER]).bind(policy.routing.classifier)
     board = LoadBoard.options(**options[LOAD_BOARD]).bind(STALE_AFTER_INTERVALS * _longest_interval(policy))
     tiers = {
-        name: TierReplica.options(**options[tier_deployment_name(name)]).bind(name, tier, board)
+        name: TierReplica.options(**options[tier_deployment_name(name)]).bind(
+            name, tier, board, policy.server.stream_interval_ms / 1000
+        )
         for name, tier in policy.tiers.items()
     }
     return Ingress.options(**options[INGRESS]).bind(policy, args.policy_path, board, tiers, classifier)

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any
 
 from deployments.models import resolve_model
+from deployments.protocol import PromptTooLong, TierChunk, TierRequest
 from deployments.replica_stats import ReplicaStats
+from deployments.thinking import DecodeLimits, ReasoningSplitter, ThinkingTokens, decode_limits, open_section
 from policies.schema import DifficultyClass, Tier
 
 GIB = 1 << 30
@@ -21,73 +23,37 @@ OFFLOAD_STORE_BYTES = "vllm:kv_offload_store_bytes"
 OFFLOAD_LOAD_BYTES = "vllm:kv_offload_load_bytes"
 
 
-class PromptTooLong(ValueError):
-    """The rendered prompt is longer than the tier accepts (a client error)."""
-
-
-@dataclass(frozen=True)
-class TierRequest:
-    """One decode job for a tier, with the budgets the router decided."""
-
-    request_id: str
-    thinking_tokens: int
-    answer_tokens: int
-    max_prompt_tokens: int | None = None
-    """Longest prompt accepted; the tier's policy limit when None (the ingress passes the live policy's)."""
-    priority: int = 0
-    difficulty: DifficultyClass = "medium"
-    messages: tuple[dict[str, str], ...] | None = None
-    prompt: str | None = None
-    temperature: float = 0.7
-    top_p: float = 1.0
-    seed: int | None = None
-    stop: tuple[str, ...] = ()
-
-
-@dataclass
-class TierChunk:
-    """A piece of the stream: new thinking and answer text; the last chunk carries the totals."""
-
-    reasoning: str = ""
-    content: str = ""
-    finish_reason: Literal["stop", "length"] | None = None
-    prompt_tokens: int = 0
-    reasoning_tokens: int = 0
-    answer_tokens: int = 0
-    budget_forced: bool = False
-    replica: str | None = None
-    """The serving replica's id, on the first chunk (set by the Serve deployment)."""
-    first_token_s: float | None = None
-    """On the last chunk: seconds from the engine taking the request to its first token (thinking or answer)."""
-    first_visible_s: float | None = None
-    """On the last chunk: seconds from the engine taking the request to its first answer token."""
-
-
-@dataclass
-class _Decoding:
-    """Where one request's decoding stands, across its engine requests."""
-
-    in_thinking: bool
-    thinking_ids: list[int] = field(default_factory=list)
-    reasoning_tokens: int = 0
-    answer_tokens: int = 0
-    budget_forced: bool = False
-    finish: Literal["stop", "length"] | None = None
-    first_token_s: float | None = None
-    first_visible_s: float | None = None
-
-    def saw(self, chunk: TierChunk, elapsed_s: float) -> None:
-        if self.first_token_s is None and (chunk.reasoning or chunk.content):
-            self.first_token_s = elapsed_s
-        if self.first_visible_s is None and chunk.content:
-            self.first_visible_s = elapsed_s
-
-
 @dataclass
 class _Running:
     started: float
     difficulty: DifficultyClass
     thinking_tokens: int = 0
+
+
+FP8_KV_DTYPES = ("fp8", "fp8_e4m3", "fp8_e5m2")
+
+
+def cpu_supports_fp8_kv() -> bool:
+    """vLLM's CPU backend stores FP8 KV only with AVX-512 or AMX."""
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            flags = cpuinfo.read()
+    except OSError:
+        return False
+    return "avx512f" in flags or "amx_tile" in flags
+
+
+class HostCannotServe(RuntimeError):
+    """The tier asks for something this machine cannot do; the message says what to change."""
+
+
+def check_host(tier: Tier) -> None:
+    """Capabilities of the serving machine, checked where the engine starts (the policy may be validated elsewhere)."""
+    if tier.pool.accelerator == "cpu" and tier.engine.kv_cache_dtype in FP8_KV_DTYPES and not cpu_supports_fp8_kv():
+        raise HostCannotServe(
+            f"engine.kv_cache_dtype: {tier.engine.kv_cache_dtype!r} needs a GPU or an x86 CPU with AVX-512 or AMX, "
+            "which this machine lacks; use kv_cache_dtype: auto or pool.accelerator: gpu"
+        )
 
 
 def engine_kwargs(tier: Tier, model_path: str) -> dict[str, Any]:
@@ -177,6 +143,7 @@ class TierEngine:
     load_format="dummy", or a kv_transfer_config for the offloading connector)."""
 
     def __init__(self, name: str, tier: Tier, engine_overrides: Mapping[str, Any] | None = None) -> None:
+        check_host(tier)  # before vLLM loads: a clear message instead of its own failure
         from vllm.config.reasoning import ReasoningConfig
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
@@ -190,24 +157,18 @@ class TierEngine:
         self._stats = _EngineStats()
         self.engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs), stat_loggers=[self._stats.logger_factory()])
         self.tokenizer = self.engine.get_tokenizer()
-        self._think_open = tier.think_start + "\n"
-        self._think_start_ids = self.tokenizer.encode(self._think_open, add_special_tokens=False)
-        self._think_end_id = self.tokenizer.convert_tokens_to_ids(tier.think_end) if tier.thinking else None
-        self._close_ids = self.tokenizer.encode(tier.think_end + "\n\n", add_special_tokens=False)
+        self.thinking_tokens = ThinkingTokens.of(self.tokenizer, tier.think_start, tier.think_end, tier.thinking)
         self._running: dict[str, _Running] = {}
 
     def render_prompt(self, request: TierRequest) -> list[int]:
         """Prompt token ids: the chat template (or raw prompt), then the opened thinking section on thinking tiers.
 
         Chat templates of R1-style models open the section themselves (the generation prompt ends with
-        "<think>\n"); it is then not opened twice.
-        With a zero thinking budget on a thinking tier the section is opened and closed at once, so the
-        model answers directly (the "thinking off" mode of R1-style models)."""
+        "<think>\n"); it is then not opened twice."""
         if request.messages is not None:
             text = self.tokenizer.apply_chat_template(list(request.messages), tokenize=False, add_generation_prompt=True)
         else:
             text = request.prompt or ""
-        opened = self.tier.thinking and text.endswith(self._think_open)
         ids = self.tokenizer.encode(text, add_special_tokens=False)
         limit = request.max_prompt_tokens or self.tier.max_prompt_tokens
         if len(ids) > limit:
@@ -215,26 +176,20 @@ class TierEngine:
                 f"prompt is {len(ids)} tokens; tier {self.name!r} accepts at most {limit}: "
                 "shorten the prompt"
             )
-        if self.tier.thinking:
-            if not opened:
-                ids = ids + self._think_start_ids
-            if request.thinking_tokens == 0:
-                ids = ids + self._close_ids
-        return ids
+        if not self.tier.thinking:
+            return ids
+        opened = text.endswith(self.tier.think_start + "\n")
+        return open_section(ids, self.thinking_tokens, opened, request.thinking_tokens)
 
-    def _sampling_params(self, request: TierRequest, thinking: bool, room: int | None = None) -> Any:
-        """`room`: most tokens that still fit the context (a continuation after an early end of thinking)."""
+    def _sampling_params(self, request: TierRequest, limits: DecodeLimits) -> Any:
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
         extra: dict[str, Any] = {}
-        max_tokens = request.answer_tokens
-        if thinking:
-            # vLLM counts the prompt's tokens after <think> ("\n") towards the budget.
-            extra["thinking_token_budget"] = request.thinking_tokens + len(self._think_start_ids) - 1
-            max_tokens += request.thinking_tokens + 1
+        if limits.thinking_token_budget is not None:
+            extra["thinking_token_budget"] = limits.thinking_token_budget
         return SamplingParams(
-            max_tokens=max_tokens if room is None else min(max_tokens, room),
+            max_tokens=limits.max_tokens,
             min_tokens=1,  # never an empty turn: the first token of a decode is not end-of-sequence
             temperature=request.temperature,
             top_p=request.top_p,
@@ -249,83 +204,55 @@ class TierEngine:
         """Stream thinking then answer; the last chunk carries the totals.
 
         The answer is cut at its budget. A model that ends its turn inside the thinking section
-        (before the budget; small or untuned models do) gets the section closed for it and is
-        asked for the answer in a second decode over the same prefix, so no request ends
-        without an answer."""
+        gets the section closed for it and is asked for the answer in a second decode over the
+        same prefix, so no request ends without an answer."""
         prompt_ids = self.render_prompt(request)
         thinking = self.tier.thinking and request.thinking_tokens > 0
         running = _Running(started=time.monotonic(), difficulty=request.difficulty)
         self._running[request.request_id] = running
-        state = _Decoding(in_thinking=thinking)
+        split = ReasoningSplitter(thinking, self.thinking_tokens.end_id, request.thinking_tokens, request.answer_tokens)
+        open_len = len(self.thinking_tokens.open_ids)
         try:
-            params = self._sampling_params(request, thinking)
-            async for chunk in self._decode(request, prompt_ids, params, request.request_id, state, running):
+            limits = decode_limits(request.thinking_tokens, request.answer_tokens, thinking, open_len)
+            async for chunk in self._decode(request, prompt_ids, limits, request.request_id, split, running):
                 yield chunk
-            if state.in_thinking and state.finish == "stop":
-                state.in_thinking, state.finish = False, None
-                continuation = prompt_ids + state.thinking_ids + self._close_ids
+            if split.ended_in_thinking:
+                continuation = split.answer_after_thinking(prompt_ids, self.thinking_tokens)
                 room = self.tier.engine.max_model_len - len(continuation)
-                params = self._sampling_params(request, thinking=False, room=room)
-                async for chunk in self._decode(request, continuation, params, f"{request.request_id}-answer", state, running):
+                limits = decode_limits(0, request.answer_tokens, False, open_len, room)
+                async for chunk in self._decode(request, continuation, limits, f"{request.request_id}-answer", split, running):
                     yield chunk
-            yield TierChunk(
-                finish_reason=state.finish or "stop",
-                prompt_tokens=len(prompt_ids),
-                reasoning_tokens=state.reasoning_tokens,
-                answer_tokens=state.answer_tokens,
-                budget_forced=state.budget_forced,
-                first_token_s=state.first_token_s,
-                first_visible_s=state.first_visible_s,
-            )
+            yield split.totals(len(prompt_ids))
         finally:
             self._running.pop(request.request_id, None)
 
     async def _decode(
-        self, request: TierRequest, prompt_ids: list[int], params: Any, request_id: str, state: _Decoding, running: _Running
+        self, request: TierRequest, prompt_ids: list[int], limits: DecodeLimits, request_id: str,
+        split: ReasoningSplitter, running: _Running,
     ) -> AsyncIterator[TierChunk]:
-        """One engine request: split its tokens into thinking and answer, until it ends or the answer budget is spent."""
+        """One engine request, until it ends or the answer budget is spent."""
+        params = self._sampling_params(request, limits)
         stream = self.engine.generate({"prompt_token_ids": prompt_ids}, params, request_id, priority=request.priority)
         ended = False
         try:
             async for output in stream:
                 ended = output.finished
                 completion = output.outputs[0]
-                chunk = self._split(list(completion.token_ids), completion.text, request, state)
-                running.thinking_tokens = state.reasoning_tokens
-                state.saw(chunk, time.monotonic() - running.started)
-                if state.answer_tokens >= request.answer_tokens and not output.finished:
-                    state.finish = "length"
-                elif output.finished:
-                    state.finish = "length" if completion.finish_reason == "length" else "stop"
+                chunk = split.feed(
+                    list(completion.token_ids), completion.text, self._decode_text, time.monotonic() - running.started,
+                    output.finished, completion.finish_reason,
+                )
+                running.thinking_tokens = split.reasoning_tokens
                 if chunk.reasoning or chunk.content:
                     yield chunk
-                if state.finish is not None:
+                if split.finish is not None:
                     return
         finally:
             if not ended:  # cut at the answer budget, or the client went away
                 await self.engine.abort(request_id)
 
-    def _split(self, ids: list[int], text: str, request: TierRequest, state: _Decoding) -> TierChunk:
-        """New tokens as thinking and/or answer text; the thinking section ends at the think-end token."""
-        chunk = TierChunk()
-        if state.in_thinking and self._think_end_id in ids:
-            cut = ids.index(self._think_end_id)
-            state.reasoning_tokens += cut
-            state.thinking_ids += ids[:cut]
-            state.budget_forced = state.reasoning_tokens >= request.thinking_tokens
-            after = ids[cut + 1 :]
-            chunk.reasoning = self.tokenizer.decode(ids[:cut], skip_special_tokens=True)
-            chunk.content = self.tokenizer.decode(after, skip_special_tokens=True)
-            state.answer_tokens += len(after)
-            state.in_thinking = False
-        elif state.in_thinking:
-            state.reasoning_tokens += len(ids)
-            state.thinking_ids += ids
-            chunk.reasoning = text
-        else:
-            state.answer_tokens += len(ids)
-            chunk.content = text
-        return chunk
+    def _decode_text(self, ids: Any) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
 
     @property
     def kv_capacity_tokens(self) -> int:
@@ -362,19 +289,3 @@ class TierEngine:
 
     def shutdown(self) -> None:
         self.engine.shutdown()
-
-
-async def collect(chunks: AsyncIterator[TierChunk]) -> TierChunk:
-    """Join a stream into one chunk (non-streaming responses)."""
-    whole = TierChunk()
-    reasoning: list[str] = []
-    content: list[str] = []
-    async for chunk in chunks:
-        reasoning.append(chunk.reasoning)
-        content.append(chunk.content)
-        if chunk.finish_reason is not None:
-            whole = chunk
-    whole.reasoning = "".join(reasoning)
-    whole.content = "".join(content)
-    return whole
-

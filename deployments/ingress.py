@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -17,9 +16,10 @@ from ray import serve
 from ray.serve.handle import DeploymentHandle
 
 from deployments import openai_api as oa
+from deployments.admission import Admission, Slot
 from deployments.decision import HEADER_PREFIX, Decision, RoutingRequest
-from deployments.engine import PromptTooLong, TierChunk, TierRequest
 from deployments.metrics import ServiceMetrics
+from deployments.protocol import PromptTooLong, TierChunk, TierRequest
 from deployments.replica_stats import ReplicaStats
 from deployments.routing import Overloaded, TierLoad, decide
 from policies.loader import DEFAULT_POLICY
@@ -35,6 +35,12 @@ app = FastAPI(title="thinktier", description="OpenAI-compatible reasoning servic
 def _cause(exc: BaseException) -> BaseException:
     """The user exception inside a Ray error (Ray wraps exceptions raised in other replicas)."""
     return getattr(exc, "cause", None) or exc
+
+
+async def _prepend(first: str, rest: AsyncIterator[str]) -> AsyncIterator[str]:
+    yield first
+    async for item in rest:
+        yield item
 
 
 class _Request:
@@ -78,8 +84,9 @@ class _Request:
 @serve.deployment
 @serve.ingress(app)
 class Ingress:
-    """Validates, authenticates and routes (deployments/routing.py, in this process: no extra hop), then
-    streams from the chosen tier. Tier load comes from the LoadBoard, refreshed in the background."""
+    """The flow of a request: validate, admit (deployments/admission.py: tenant, slot), route
+    (deployments/routing.py, in this process: no extra hop), then stream from the chosen tier. Tier load
+    comes from the LoadBoard, refreshed in the background."""
 
     async def __init__(
         self, policy: Policy, policy_path: str | None, board: DeploymentHandle, tiers: dict[str, DeploymentHandle],
@@ -90,7 +97,7 @@ class Ingress:
         self.tiers = tiers
         self.classifier = classifier
         self._replica_stats: dict[str, dict[str, ReplicaStats]] = {}
-        self._in_flight: dict[str, int] = {}
+        self.admission = Admission()
         self._watcher = PolicyWatcher(policy_path or DEFAULT_POLICY, self._reload, policy=policy)
         self._watcher.start()
         self.metrics = ServiceMetrics(lambda: self._replica_stats, lambda: self._watcher.reloads)
@@ -109,29 +116,7 @@ class Ingress:
     def _loads(self) -> dict[str, TierLoad]:
         return {tier: TierLoad(tuple(replicas.values())) for tier, replicas in self._replica_stats.items()}
 
-    # ---- helpers -------------------------------------------------------------------------------------------------
-
-    def _tenant(self, request: Request) -> str:
-        auth = request.headers.get("authorization", "")
-        key = auth.removeprefix("Bearer ").strip() if auth.startswith("Bearer ") else ""
-        for name, tenant in self.policy.tenants.items():
-            expected = os.environ.get(tenant.api_key_env)
-            if expected and key == expected:
-                return name
-        if key and self.policy.tenants:
-            raise oa.APIError(401, "unknown API key: it belongs to no tenant of this service's policy", "authentication_error",
-                              code="invalid_api_key")
-        if self.policy.server.allow_anonymous:
-            return "anonymous"
-        raise oa.APIError(401, "missing API key: send 'Authorization: Bearer <key>'", "authentication_error",
-                          code="invalid_api_key")
-
-    def _admit(self, tenant: str) -> None:
-        limit = self.policy.tenants[tenant].max_concurrent_requests if tenant in self.policy.tenants else None
-        if limit is not None and self._in_flight.get(tenant, 0) >= limit:
-            raise oa.APIError(429, f"tenant {tenant!r} has {limit} requests in flight, its limit; retry later",
-                              "rate_limit_error", code="tenant_concurrency", headers={"Retry-After": "1"})
-        self._in_flight[tenant] = self._in_flight.get(tenant, 0) + 1
+    # ---- the flow ------------------------------------------------------------------------------------------------
 
     async def _body(self, request: Request) -> bytes:
         body = await request.body()
@@ -170,12 +155,24 @@ class Ingress:
     async def _serve(self, request: Request, kind: type[oa.OpenAIRequest]) -> Response:
         try:
             parsed = oa.parse_request(await self._body(request), kind)
-            tenant = self._tenant(request)
-            decision = await self._decide(parsed, tenant)
-            self._admit(tenant)
+            slot = self.admission.slot(self.policy, self.admission.tenant(self.policy, request.headers.get("authorization", "")))
         except oa.APIError as err:
             return JSONResponse(err.body, status_code=err.status, headers=err.headers)
-        request_id = f"{'chatcmpl' if kind is oa.ChatCompletionRequest else 'cmpl'}-{uuid.uuid4().hex}"
+        streaming = False
+        try:
+            decision = await self._decide(parsed, slot.tenant)
+            response = await self._dispatch(parsed, kind, decision, slot)
+            streaming = isinstance(response, StreamingResponse)
+            return response
+        except oa.APIError as err:
+            return JSONResponse(err.body, status_code=err.status, headers=err.headers)
+        finally:
+            if not streaming:  # a started stream gives the slot back when it ends
+                slot.release()
+
+    async def _dispatch(self, parsed: oa.OpenAIRequest, kind: type[oa.OpenAIRequest], decision: Decision, slot: Slot) -> Response:
+        chat = kind is oa.ChatCompletionRequest
+        request_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
         tier_request = TierRequest(
             request_id=request_id,
             thinking_tokens=decision.thinking_tokens,
@@ -201,62 +198,44 @@ class Ingress:
                 dispatched = time.monotonic()
                 first = await tier.generate_all.remote(tier_request)
         except Exception as exc:
-            self._release(tenant)
             cause = _cause(exc)
             if isinstance(cause, PromptTooLong):
                 self.metrics.requests.labels(decision.tier, "client_error").inc()
-                err = oa.APIError(400, str(cause), param="messages", code="context_length_exceeded")
-                return JSONResponse(err.body, status_code=400)
+                raise oa.APIError(400, str(cause), param="messages", code="context_length_exceeded") from None
             self.metrics.requests.labels(decision.tier, "error").inc()
             raise
         headers = decision.headers() | {HEADER_PREFIX + "replica": first.replica or ""}
-        if parsed.stream:
-            body = self._sse(kind, request_id, model, first, stream, tracker, parsed.include_usage, tenant)
-            return StreamingResponse(body, media_type="text/event-stream", headers=headers)
-        self._release(tenant)
-        tracker.finished_whole(first, dispatched)
-        make = oa.chat_completion if kind is oa.ChatCompletionRequest else oa.text_completion
-        return JSONResponse(make(request_id, model, first), headers=headers)
-
-    def _release(self, tenant: str) -> None:
-        self._in_flight[tenant] -= 1
-
-    async def _chunks(self, first: TierChunk, stream: Any, tracker: _Request) -> AsyncIterator[TierChunk]:
-        chunk = first
-        while True:
-            tracker.saw(chunk)
-            yield chunk
-            if chunk.finish_reason is not None:
-                tracker.finished(chunk)
-                return
-            chunk = await stream.__anext__()
+        if not parsed.stream:
+            tracker.finished_whole(first, dispatched)
+            make = oa.chat_completion if chat else oa.text_completion
+            return JSONResponse(make(request_id, model, first), headers=headers)
+        framer = oa.SSEFramer(chat, request_id, model, parsed.include_usage)
+        body = self._sse(framer, first, stream, tracker, slot)
+        opening = await body.__anext__()  # started: from here the stream's own `async with slot` gives the slot back
+        return StreamingResponse(_prepend(opening, body), media_type="text/event-stream", headers=headers)
 
     async def _sse(
-        self, kind: type[oa.OpenAIRequest], request_id: str, model: str, first: TierChunk, stream: Any,
-        tracker: _Request, include_usage: bool, tenant: str,
+        self, framer: oa.SSEFramer, first: TierChunk, stream: Any, tracker: _Request, slot: Slot
     ) -> AsyncIterator[str]:
-        chat = kind is oa.ChatCompletionRequest
-        try:
-            if chat:
-                yield oa.sse(oa.chat_chunk(request_id, model, {"role": "assistant", "content": ""}))
-            async for chunk in self._chunks(first, stream, tracker):
-                if chat:
-                    delta = oa.chat_delta(chunk)
-                    if delta or chunk.finish_reason:
-                        yield oa.sse(oa.chat_chunk(request_id, model, delta, chunk.finish_reason))
-                else:
-                    yield oa.sse(oa.text_chunk(request_id, model, chunk))
-                if chunk.finish_reason is not None and include_usage:
-                    final = oa.chat_chunk(request_id, model, {}) if chat else oa.text_chunk(request_id, model, TierChunk())
-                    final["choices"] = []
-                    final["usage"] = oa.usage(chunk)
-                    yield oa.sse(final)
-            yield oa.sse("[DONE]")
-        except Exception:
-            self.metrics.requests.labels(tracker.decision.tier, "error").inc()
-            raise
-        finally:
-            self._release(tenant)
+        """The SSE body: one event per (coalesced) chunk of the tier's stream. On any early end (the client went
+        away, an error) the tier's stream is cancelled, which aborts the engine request."""
+        chunk = first
+        async with slot:
+            try:
+                tracker.saw(chunk)
+                yield framer.start() + framer.events(chunk)
+                while chunk.finish_reason is None:
+                    chunk = await stream.__anext__()
+                    tracker.saw(chunk)
+                    yield framer.events(chunk)
+                tracker.finished(chunk)
+                yield oa.SSE_DONE
+            except Exception:
+                self.metrics.requests.labels(tracker.decision.tier, "error").inc()
+                raise
+            finally:
+                if chunk.finish_reason is None:
+                    stream.cancel()
 
     # ---- routes --------------------------------------------------------------------------------------------------
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from deployments.engine import TierChunk
+from deployments.protocol import TierChunk
 from policies.schema import Effort
 
 
@@ -169,31 +170,54 @@ def text_completion(request_id: str, model: str, whole: TierChunk) -> dict[str, 
     }
 
 
-def sse(data: dict[str, Any] | str) -> str:
-    return f"data: {data if isinstance(data, str) else json.dumps(data)}\n\n"
+SSE_DONE = "data: [DONE]\n\n"
 
 
-def chat_chunk(request_id: str, model: str, delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
-    return {
-        "id": request_id,
-        "object": "chat.completion.chunk",
-        "created": int(time.time()),
-        "model": model,
-        "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}],
-    }
+@dataclass(frozen=True)
+class SSEFramer:
+    """One streamed completion as Server-Sent Events in OpenAI's chunk shapes. A (coalesced) TierChunk becomes
+    one event, whatever number of tokens it carries; the usage event follows the last when the client asked."""
 
+    chat: bool
+    request_id: str
+    model: str
+    include_usage: bool
+    created: int = field(default_factory=lambda: int(time.time()))
 
-def text_chunk(request_id: str, model: str, chunk: TierChunk) -> dict[str, Any]:
-    choice: dict[str, Any] = {"index": 0, "text": chunk.content, "finish_reason": chunk.finish_reason, "logprobs": None}
-    if chunk.reasoning:
-        choice["reasoning"] = choice["reasoning_content"] = chunk.reasoning
-    return {"id": request_id, "object": "text_completion", "created": int(time.time()), "model": model, "choices": [choice]}
+    def _event(self, choices: list[dict[str, Any]], usage_of: TierChunk | None = None) -> str:
+        body: dict[str, Any] = {
+            "id": self.request_id,
+            "object": "chat.completion.chunk" if self.chat else "text_completion",
+            "created": self.created,
+            "model": self.model,
+            "choices": choices,
+        }
+        if usage_of is not None:
+            body["usage"] = usage(usage_of)
+        return f"data: {json.dumps(body)}\n\n"
 
+    def start(self) -> str:
+        """What opens the stream: the assistant role (chat only)."""
+        if not self.chat:
+            return ""
+        return self._event([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None, "logprobs": None}])
 
-def chat_delta(chunk: TierChunk) -> dict[str, Any]:
-    delta: dict[str, Any] = {}
-    if chunk.reasoning:
-        delta["reasoning"] = delta["reasoning_content"] = chunk.reasoning
-    if chunk.content:
-        delta["content"] = chunk.content
-    return delta
+    def events(self, chunk: TierChunk) -> str:
+        """The events of one chunk: its text (if any, or its end), then usage after the last one."""
+        out = ""
+        if self.chat:
+            delta: dict[str, Any] = {}
+            if chunk.reasoning:
+                delta["reasoning"] = delta["reasoning_content"] = chunk.reasoning
+            if chunk.content:
+                delta["content"] = chunk.content
+            if delta or chunk.finish_reason:
+                out = self._event([{"index": 0, "delta": delta, "finish_reason": chunk.finish_reason, "logprobs": None}])
+        else:
+            choice: dict[str, Any] = {"index": 0, "text": chunk.content, "finish_reason": chunk.finish_reason, "logprobs": None}
+            if chunk.reasoning:
+                choice["reasoning"] = choice["reasoning_content"] = chunk.reasoning
+            out = self._event([choice])
+        if chunk.finish_reason is not None and self.include_usage:
+            out += self._event([], usage_of=chunk)
+        return out

@@ -9,17 +9,21 @@ from collections.abc import AsyncIterator
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
-from deployments.engine import TierChunk, TierEngine, TierRequest, collect
+from deployments.coalesce import coalesce
+from deployments.engine import TierEngine
+from deployments.protocol import TierChunk, TierRequest, collect
 from policies.schema import Tier
 
 
 @serve.deployment
 class TierReplica:
-    """One vLLM engine; streams TierChunks and pushes ReplicaStats to the load board every interval."""
+    """One vLLM engine; streams TierChunks (coalesced, at most `stream_interval_s` apart) and pushes ReplicaStats
+    to the load board every interval."""
 
-    async def __init__(self, name: str, tier: Tier, board: DeploymentHandle) -> None:
+    async def __init__(self, name: str, tier: Tier, board: DeploymentHandle, stream_interval_s: float) -> None:
         self.name = name
         self.engine = TierEngine(name, tier)
+        self._stream_interval_s = stream_interval_s
         self._board = board
         self._replica = serve.get_replica_context().replica_id.unique_id
         self._interval_s = tier.autoscaling.metrics_interval_s
@@ -34,7 +38,7 @@ class TierReplica:
 
     async def generate(self, request: TierRequest) -> AsyncIterator[TierChunk]:
         first = True
-        async for chunk in self.engine.generate(request):
+        async for chunk in coalesce(self.engine.generate(request), self._stream_interval_s):
             if first:
                 chunk.replica, first = self._replica, False
             yield chunk

@@ -24,7 +24,8 @@ from tqdm import tqdm
 
 from cluster.local import LocalCluster
 from cluster.serve_config import engine_env
-from deployments.engine import TierEngine, TierRequest
+from deployments.engine import TierEngine
+from deployments.protocol import TierRequest
 from policies.loader import load_policy, write_policy_variant
 
 PROMPT = "what is the sum of 17 and 25"

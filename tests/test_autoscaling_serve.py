@@ -21,7 +21,7 @@ from ray import serve
 
 from cluster.autoscaling import serve_autoscaling_config
 from cluster.request_router import serve_request_router_config
-from deployments.engine import TierRequest
+from deployments.protocol import TierRequest
 from deployments.replica_stats import ReplicaStats
 from policies.loader import load_policy
 from policies.schema import Autoscaling, DifficultyClass, Replicas

@@ -1,0 +1,143 @@
+"""The thinking section, without vLLM: how a prompt opens it, what the budgets mean to the sampler,
+and how decoded tokens split into reasoning and answer.
+
+The engine (deployments/engine.py) supplies the token ids of its tokenizer and the engine's
+outputs; everything here is arithmetic on ids and text, tested with any ids.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from deployments.protocol import TierChunk
+
+Finish = Literal["stop", "length"]
+
+
+@dataclass(frozen=True)
+class ThinkingTokens:
+    """The delimiters of a thinking section as token ids of one tokenizer."""
+
+    open_ids: tuple[int, ...]
+    """The section's opening as a prompt ends with it: the start token and a newline."""
+    close_ids: tuple[int, ...]
+    """What closes the section when the engine has to (the end token and a blank line)."""
+    end_id: int | None
+    """The end token, which splits reasoning from answer in the output (None on a tier without thinking)."""
+
+    @classmethod
+    def of(cls, tokenizer: Any, start: str, end: str, thinking: bool) -> ThinkingTokens:
+        return cls(
+            open_ids=tuple(tokenizer.encode(start + "\n", add_special_tokens=False)),
+            close_ids=tuple(tokenizer.encode(end + "\n\n", add_special_tokens=False)),
+            end_id=tokenizer.convert_tokens_to_ids(end) if thinking else None,
+        )
+
+
+def open_section(prompt_ids: Sequence[int], tokens: ThinkingTokens, already_open: bool, thinking_budget: int) -> list[int]:
+    """A thinking tier's prompt: the section opened (unless the chat template did), and closed at once when the
+    budget is zero, so the model answers directly (the "thinking off" mode of R1-style models)."""
+    ids = list(prompt_ids)
+    if not already_open:
+        ids += tokens.open_ids
+    if thinking_budget == 0:
+        ids += tokens.close_ids
+    return ids
+
+
+@dataclass(frozen=True)
+class DecodeLimits:
+    """What one engine request may generate."""
+
+    max_tokens: int
+    thinking_token_budget: int | None = None
+    """vLLM's `thinking_token_budget`: at this many thinking tokens the engine writes the end token."""
+
+
+def decode_limits(
+    thinking_tokens: int, answer_tokens: int, thinking: bool, open_len: int, room: int | None = None
+) -> DecodeLimits:
+    """The budgets as sampler limits. `room`: most tokens that still fit the context (the answer decode that
+    follows a section the model ended early)."""
+    max_tokens, budget = answer_tokens, None
+    if thinking:
+        # vLLM counts the prompt's tokens after the start token (the newline) towards the budget;
+        # the end token it writes takes one more output token.
+        budget = thinking_tokens + open_len - 1
+        max_tokens += thinking_tokens + 1
+    return DecodeLimits(max_tokens if room is None else min(max_tokens, room), budget)
+
+
+@dataclass
+class ReasoningSplitter:
+    """Where one request's decoding stands, across its engine requests: thinking or answering, what each
+    has spent, when each began, and how it ended."""
+
+    in_thinking: bool
+    end_id: int | None
+    thinking_budget: int
+    answer_budget: int
+    thinking_ids: list[int] = field(default_factory=list)
+    reasoning_tokens: int = 0
+    answer_tokens: int = 0
+    budget_forced: bool = False
+    finish: Finish | None = None
+    first_token_s: float | None = None
+    first_visible_s: float | None = None
+
+    def feed(
+        self, ids: Sequence[int], text: str, decode: Callable[[Sequence[int]], str], elapsed_s: float,
+        finished: bool, finish_reason: str | None,
+    ) -> TierChunk:
+        """The new tokens of one engine output as reasoning and/or answer text; sets `finish` when the request ends
+        here (the engine finished, or the answer budget is spent)."""
+        chunk = TierChunk()
+        if self.in_thinking and self.end_id in ids:
+            cut = ids.index(self.end_id)
+            self.reasoning_tokens += cut
+            self.thinking_ids += ids[:cut]
+            self.budget_forced = self.reasoning_tokens >= self.thinking_budget
+            chunk.reasoning = decode(ids[:cut])
+            chunk.content = decode(ids[cut + 1 :])
+            self.answer_tokens += len(ids) - cut - 1
+            self.in_thinking = False
+        elif self.in_thinking:
+            self.reasoning_tokens += len(ids)
+            self.thinking_ids += ids
+            chunk.reasoning = text
+        else:
+            self.answer_tokens += len(ids)
+            chunk.content = text
+        if self.first_token_s is None and (chunk.reasoning or chunk.content):
+            self.first_token_s = elapsed_s
+        if self.first_visible_s is None and chunk.content:
+            self.first_visible_s = elapsed_s
+        if self.answer_tokens >= self.answer_budget and not finished:
+            self.finish = "length"
+        elif finished:
+            self.finish = "length" if finish_reason == "length" else "stop"
+        return chunk
+
+    @property
+    def ended_in_thinking(self) -> bool:
+        """The model ended its turn inside the section (before the budget; small or untuned models do)."""
+        return self.in_thinking and self.finish == "stop"
+
+    def answer_after_thinking(self, prompt_ids: Sequence[int], tokens: ThinkingTokens) -> list[int]:
+        """The prompt of a second decode that answers: the first one's prompt and thinking, with the section closed."""
+        self.in_thinking, self.finish = False, None
+        return [*prompt_ids, *self.thinking_ids, *tokens.close_ids]
+
+    def totals(self, prompt_tokens: int) -> TierChunk:
+        """The stream's last chunk: how it ended and what it spent."""
+        return TierChunk(
+            finish_reason=self.finish or "stop",
+            prompt_tokens=prompt_tokens,
+            reasoning_tokens=self.reasoning_tokens,
+            answer_tokens=self.answer_tokens,
+            budget_forced=self.budget_forced,
+            first_token_s=self.first_token_s,
+            first_visible_s=self.first_visible_s,
+        )
