@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 from pathlib import Path
 
+from loadtest import gpu_bench
+from loadtest.workload import Mix
 from policies.loader import DEFAULT_POLICY
 
 TINY_POLICY = DEFAULT_POLICY.parent / "examples" / "tiny.yaml"
@@ -31,6 +35,115 @@ def _autoscaling(args: argparse.Namespace) -> int:
               f"max replicas {r['max_replicas']}")
     print(f"details: {args.out}/autoscaling.md")
     return 0
+
+
+def _gpu_workload(args: argparse.Namespace) -> int:
+    languages = args.languages.split(",") if args.languages else None
+    workload = gpu_bench.write_workload(
+        args.policy, args.name, Mix.parse(args.mix), args.rate, args.shape, args.duration, args.seed, languages, Path(args.out)
+    )
+    counts = {k: sum(r.difficulty == k for r in workload.requests) for k in gpu_bench.CLASSES}
+    print(f"{len(workload.requests)} requests over {args.duration} s {counts} -> {args.out}")
+    return 0
+
+
+def _gpu_run(args: argparse.Namespace) -> int:
+    try:
+        workloads = gpu_bench.read_workloads(args.workload)
+        plan = gpu_bench.parse_plan(args.config, workloads)
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    settings = gpu_bench.RunSettings(
+        model=args.model,
+        load_format=args.load_format,
+        kv_cache_gib=args.kv_cache_gib,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        enforce_eager=args.enforce_eager,
+        drain_s=args.drain_s,
+        profile_batches=args.profile_batches,
+        profile_contexts=args.profile_contexts,
+        seed=args.seed,
+    )
+    gpu_bench.run(args.policy, workloads, plan, settings, Path(args.out), " ".join(["thinktier", *sys.argv[1:]]))
+    return 0
+
+
+def _gpu_table(args: argparse.Namespace) -> int:
+    print(gpu_bench.markdown_table([json.loads(Path(path).read_text()) for path in args.reports]), end="")
+    return 0
+
+
+def _gpu_step_profile(args: argparse.Namespace) -> int:
+    data = gpu_bench.write_step_profile(Path(args.report), args.config, Path(args.out))
+    print(f"{len(data['points'])} points -> {args.out}")
+    return 0
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x]
+
+
+def _register_gpu(commands: argparse._SubParsersAction) -> None:
+    gpu = commands.add_parser(
+        "gpu",
+        help="one reasoning-tier replica on a GPU under open-loop reasoning load, configuration by configuration",
+        description="Benchmark one reasoning-tier replica (thinktier's TierEngine, no Ray) on a GPU under open-loop "
+        "reasoning load, configuration by configuration. Write the workload here with `workload`, run it on the "
+        "GPU machine with `run`.",
+    )
+    sub = gpu.add_subparsers(title="steps", metavar="STEP", required=True)
+    w = sub.add_parser("workload", help="Write an open-loop workload (JSON) from the problem sets and the policy's budgets.")
+    w.add_argument("--policy", required=True, help="Policy file; budgets and priorities of its reasoning tier are used.")
+    w.add_argument("--name", required=True, help="Workload name used in results (and request ids).")
+    w.add_argument("--rate", type=float, required=True, help="Mean arrival rate, requests/s.")
+    w.add_argument("--shape", type=float, default=0.5, help="Gamma shape of inter-arrival times (1 = Poisson, <1 burstier).")
+    w.add_argument("--duration", type=float, default=30, help="Seconds over which requests arrive.")
+    w.add_argument("--mix", default=gpu_bench.DEFAULT_MIX, help="Class shares, e.g. easy=0.6,medium=0.25,hard=0.15 (no chat).")
+    w.add_argument("--languages", default="en", help="Problem languages (ISO 639-1, comma separated; empty for all).")
+    w.add_argument("--seed", type=int, default=1)
+    w.add_argument("--out", required=True, help="Where to write the workload JSON.")
+    w.set_defaults(func=_gpu_workload)
+    r = sub.add_parser("run", help="Run configurations on the GPU (needs vLLM with CUDA); writes a JSON report.")
+    r.add_argument("--policy", required=True, help="Policy file whose reasoning tier is the base of every configuration.")
+    r.add_argument("--model", required=True, help="Model folder (config + tokenizer; weights unless --load-format dummy).")
+    r.add_argument("--load-format", default="dummy", help="vLLM load_format; 'dummy' gives random weights of the geometry.")
+    r.add_argument("--workload", action="append", default=[], help="NAME=PATH of a workload JSON (repeatable).")
+    r.add_argument(
+        "--config",
+        action="append",
+        required=True,
+        help=f"CONFIG:STEP[,STEP...] run in order; CONFIG one of {sorted(gpu_bench.CONFIGS)}; STEP a workload name or 'profile'.",
+    )
+    r.add_argument(
+        "--kv-cache-gib",
+        type=float,
+        default=2.0,
+        help="Cap the GPU KV cache (GiB) so the workloads put it under pressure; the same for every config.",
+    )
+    r.add_argument(
+        "--gpu-memory-utilization",
+        type=float,
+        default=0.3,
+        help="vLLM's start-up check of free memory; low, so memory a previous engine still frees is no obstacle.",
+    )
+    r.add_argument("--drain-s", type=float, default=90, help="Seconds after the last arrival before unfinished requests are cut.")
+    r.add_argument(
+        "--enforce-eager", action="store_true", help="Skip torch.compile and CUDA graphs (faster start, slower decode)."
+    )
+    r.add_argument("--profile-batches", type=_ints, default=[1, 8, 32, 64, 128, 256], help="Batch sizes of the step profile.")
+    r.add_argument("--profile-contexts", type=_ints, default=[512, 2048, 6000], help="Context lengths of the step profile.")
+    r.add_argument("--seed", type=int, default=1)
+    r.add_argument("--out", required=True, help="Where to write the JSON report (rewritten after each configuration).")
+    r.set_defaults(func=_gpu_run)
+    t = sub.add_parser("table", help="Print a Markdown table of `run` reports (one row per configuration and workload).")
+    t.add_argument("reports", nargs="+", help="JSON reports written by `run`.")
+    t.set_defaults(func=_gpu_table)
+    s = sub.add_parser("step-profile", help="Write the planner's step-time data file from a `run` report's profile.")
+    s.add_argument("report", help="JSON report written by `run` with a CONFIG:...,profile step.")
+    s.add_argument("--config", required=True, help="Configuration whose profile to take.")
+    s.add_argument("--out", required=True, help="Where to write the data file.")
+    s.set_defaults(func=_gpu_step_profile)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -74,3 +187,4 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     scaling.add_argument("--port", type=int, default=18766, help="HTTP port of the served variants (default 18766)")
     scaling.add_argument("--out", default="loadtest/results/autoscaling", help="output folder")
     scaling.set_defaults(func=_autoscaling)
+    _register_gpu(commands)

@@ -1,4 +1,5 @@
-"""`thinktier helm values`: the Helm values that come from a policy."""
+"""`thinktier helm values|schema`: the Helm values that come from a policy, and the part of the chart's values schema
+that describes them."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from cluster.helm_values import HelmValuesError, render_helm_values
+from cluster.helm_values import VALUES_SCHEMA, HelmValuesError, render_helm_values, render_values_schema
 from policies.loader import PolicyError
 
 
@@ -35,6 +36,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="Do not write; exit 1 when --output differs from what the policy generates (for CI).",
     )
     values.set_defaults(func=run_values)
+    schema = commands.add_parser(
+        "schema",
+        help="Write the part of the chart's values.schema.json that describes the generated values.",
+        description=(
+            "Rewrite the properties of the chart's values.schema.json that `thinktier helm values` fills, from the "
+            "policy schema: the types, bounds, choices and help text of the policy fields they carry. The hand-written "
+            "rest of the file is kept."
+        ),
+    )
+    schema.add_argument(
+        "--schema", type=Path, default=VALUES_SCHEMA, help="The chart's values.schema.json (default: this checkout's)."
+    )
+    schema.add_argument("--check", action="store_true", help="Do not write; exit 1 when the file is out of date (for CI).")
+    schema.set_defaults(func=run_schema)
 
 
 def run_values(args: argparse.Namespace) -> int:
@@ -60,4 +75,17 @@ def run_values(args: argparse.Namespace) -> int:
         sys.stdout.write(text)
     else:
         args.output.write_text(text)
+    return 0
+
+
+def run_schema(args: argparse.Namespace) -> int:
+    current = args.schema.read_text()
+    text = render_values_schema(current)
+    if args.check:
+        if current != text:
+            print(f"{args.schema} is out of date with the policy schema; run: thinktier helm schema --schema {args.schema}",
+                  file=sys.stderr)
+            return 1
+        return 0
+    args.schema.write_text(text)
     return 0

@@ -12,7 +12,7 @@ from types import TracebackType
 
 import httpx
 
-from cluster.serve_config import APP_NAME
+from cluster.serve_config import APP_NAME, ray_env
 from deployments.models import resolve_model
 from policies.loader import load_policy
 
@@ -100,12 +100,13 @@ class LocalCluster:
         if not ray.is_initialized():
             _check_port_free(self.host, self.port)
         self._prepare_models()
-        os.environ.update(RAY_ENV)
+        env = RAY_ENV | ray_env(self.policy.server)  # set before Ray starts: Serve reads it once
+        os.environ.update(env)
         if not ray.is_initialized():
             self.progress("starting Ray")
             try:
                 ray.init(num_cpus=self.num_cpus, include_dashboard=False, log_to_driver=False,
-                         runtime_env={"env_vars": RAY_ENV})
+                         runtime_env={"env_vars": env})
             except Exception as exc:
                 line = _exception_line(str(exc))
                 raise StartupError(f"Ray did not start: {line} (logs: /tmp/ray/session_latest/logs)") from exc

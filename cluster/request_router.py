@@ -6,7 +6,8 @@ nearly full will queue or preempt a new request however few requests it holds,
 stragglers hold KV and batch slots long after their peers finished, and a hard
 request placed beside other long ones makes all of them contend for the same
 KV for minutes. `score_replica` (pure, lower is better) weighs these; the
-`KVAwareRequestRouter` ranks the tier's replicas by it for every request.
+`KVAwareRequestRouter` ranks the tier's replicas by it for every request. The weights of
+its terms are the tier's `router_weights` in the policy.
 
 The replica's queue length is always part of the score. Engine stats arrive
 every `request_routing_stats_period_s`, so between two reports every replica
@@ -19,13 +20,12 @@ from __future__ import annotations
 import asyncio
 import random
 from collections import Counter
-from dataclasses import dataclass, fields
 from typing import Any
 
 from ray.serve.request_router import PendingRequest, ReplicaID, ReplicaResult, RequestRouter, RunningReplica
 
 from deployments.replica_stats import ReplicaStats
-from policies.schema import DifficultyClass
+from policies.schema import DifficultyClass, RouterWeights
 
 ROUTER_IMPORT_PATH = "cluster.request_router:KVAwareRequestRouter"
 DIFFICULTIES: tuple[DifficultyClass, ...] = ("easy", "medium", "hard")
@@ -33,31 +33,7 @@ MIN_KV_HEADROOM = 0.01
 """Headroom floor of the KV term, so a full replica scores high but finite (it stays a last resort)."""
 
 
-@dataclass(frozen=True)
-class RouterWeights:
-    """Weights of `score_replica`'s terms, in units of "one more request in the replica's queue"."""
-
-    queue: float = 1.0
-    """Per request running on or queued at the replica."""
-    kv: float = 2.0
-    """Times occupancy / headroom of the KV cache: 0.5 at half full, 2.3 at 70%, 49 at 98%."""
-    straggler: float = 2.0
-    """Per straggler on the replica: it holds KV and a batch slot it will not release soon."""
-    long_running: float = 3.0
-    """Per long (hard-class) request on the replica; counted for hard requests only."""
-
-    @classmethod
-    def from_kwargs(cls, kwargs: dict[str, Any]) -> RouterWeights:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(kwargs) - known)
-        if unknown:
-            raise ValueError(
-                f"request_router_kwargs: unknown key(s) {unknown} for KVAwareRequestRouter; known keys are {sorted(known)}"
-            )
-        negative = sorted(k for k, v in kwargs.items() if v < 0)
-        if negative:
-            raise ValueError(f"request_router_kwargs: weights {negative} must be >= 0")
-        return cls(**kwargs)
+DEFAULT_WEIGHTS = RouterWeights()
 
 
 def score_replica(stats: ReplicaStats, queue_len: int, hard: bool, weights: RouterWeights) -> float:
@@ -100,11 +76,11 @@ class KVAwareRequestRouter(RequestRouter):
     (counted from `on_request_routed` to `on_request_completed`, so it is current even when
     the stats are seconds old). Every replica gets its own rank, best first: Serve sends the
     request to the first one that accepts it (a replica at `max_ongoing_requests` refuses).
-    Configure with `request_router_kwargs` = `RouterWeights` fields.
+    Configure with `request_router_kwargs` = the fields of the policy's `RouterWeights`.
     """
 
     def initialize_state(self, **kwargs: Any) -> None:
-        self.weights = RouterWeights.from_kwargs(kwargs)
+        self.weights = RouterWeights.model_validate(kwargs)
         # (internal request id, replica) -> hardness of each call in flight; one request id can
         # cover several calls (e.g. a parent request's self-consistency samples).
         self._in_flight: dict[tuple[str, ReplicaID], list[bool]] = {}
@@ -157,11 +133,12 @@ class KVAwareRequestRouter(RequestRouter):
             del self._routed[replica_id], self._routed_hard[replica_id]
 
 
-def serve_request_router_config(stats_period_s: float) -> dict[str, Any]:
-    """The tier deployment's `request_router_config` (Serve config file form)."""
+def serve_request_router_config(stats_period_s: float, weights: RouterWeights = DEFAULT_WEIGHTS) -> dict[str, Any]:
+    """The tier deployment's `request_router_config` (Serve config file form): replicas report their stats every
+    `stats_period_s`, and the router scores them with `weights`."""
     return {
         "request_router_class": ROUTER_IMPORT_PATH,
-        "request_router_kwargs": {},
+        "request_router_kwargs": weights.model_dump(),
         "request_routing_stats_period_s": stats_period_s,
         "request_routing_stats_timeout_s": max(stats_period_s, 1.0),
     }

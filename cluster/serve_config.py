@@ -11,7 +11,7 @@ from typing import Any
 
 from cluster.autoscaling import serve_autoscaling_config
 from cluster.request_router import serve_request_router_config
-from policies.schema import Policy, Tier
+from policies.schema import Policy, Server, Tier
 
 APP_NAME = "thinktier"
 APP_IMPORT_PATH = "cluster.app:build_app"
@@ -51,6 +51,30 @@ def _tier_scaling(tier: Tier) -> dict[str, Any]:
     return {"autoscaling_config": serve_autoscaling_config(tier)}
 
 
+HAPROXY_ENV = {"RAY_SERVE_ENABLE_HA_PROXY": "1", "RAY_SERVE_ENABLE_DIRECT_INGRESS": "1"}
+"""Ray Serve's HAProxy mode: HAProxy balances HTTP over Ingress replicas that serve it themselves."""
+
+
+def ray_env(server: Server) -> dict[str, str]:
+    """Environment every Ray process of the cluster needs for the policy's front door (read when Serve starts)."""
+    return dict(HAPROXY_ENV) if server.http_proxy == "haproxy" else {}
+
+
+def _ingress_scaling(server: Server) -> dict[str, Any]:
+    """A fixed number of Ingress replicas, or Ray Serve's ongoing-requests autoscaling between min and max."""
+    replicas = server.ingress_replicas
+    if replicas.min == replicas.max:
+        return {"num_replicas": replicas.min}
+    return {
+        "autoscaling_config": {
+            "min_replicas": replicas.min,
+            "max_replicas": replicas.max,
+            "initial_replicas": replicas.initial,
+            "target_ongoing_requests": server.ingress_target_ongoing_requests,
+        }
+    }
+
+
 def tier_options(name: str, tier: Tier, in_pools: bool) -> dict[str, Any]:
     """Serve options of one tier's deployment. `in_pools` pins replicas to the tier's pool resource."""
     actor: dict[str, Any] = {
@@ -71,7 +95,7 @@ def tier_options(name: str, tier: Tier, in_pools: bool) -> dict[str, Any]:
         "graceful_shutdown_timeout_s": 5,
         "health_check_period_s": 10,
         "health_check_timeout_s": 120,
-        "request_router_config": serve_request_router_config(tier.autoscaling.metrics_interval_s),
+        "request_router_config": serve_request_router_config(tier.autoscaling.metrics_interval_s, tier.router_weights),
         **_tier_scaling(tier),
     }
 
@@ -80,7 +104,7 @@ def deployment_options(policy: Policy, in_pools: bool = False) -> dict[str, dict
     """Serve options of every deployment of the application, by deployment name."""
     light = {"ray_actor_options": {"num_cpus": 0.05}, "graceful_shutdown_timeout_s": 2}
     options: dict[str, dict[str, Any]] = {
-        INGRESS: {"name": INGRESS, "max_ongoing_requests": 1024, **light},
+        INGRESS: {"name": INGRESS, "max_ongoing_requests": 1024, **light, **_ingress_scaling(policy.server)},
         LOAD_BOARD: {"name": LOAD_BOARD, "max_ongoing_requests": 1024, **light},
     }
     if policy.routing.classifier.enabled:

@@ -31,8 +31,8 @@ from deployments.difficulty_artifact import (
 )
 from deployments.problems import CHAT_PROMPTS, GSM_PACKAGE, MMATH_PACKAGE, gsm_wheel, load_problems
 
-# Where a prompt of each class should land: the middle of the policy's effort bands for the default thresholds
-# (chat < 0.3 <= easy < 0.55 <= medium < 0.8 <= hard).
+# Where a prompt of each class should land: inside its effort band for the default thresholds
+# (chat < 0.3 <= easy < 0.6 <= medium < 0.8 <= hard), away from the band edges.
 SCORE_ANCHORS: dict[HeadClass, float] = {"chat": 0.0, "easy": 0.42, "medium": 0.68, "hard": 1.0}
 CHAT_SOURCE = (
     "hand-written no-reasoning prompts in deployments/problems.py CHAT_PROMPT_KINDS (greeting, factual, rewriting, small-talk)"

@@ -2,10 +2,10 @@
 
 Two steps, because the GPU machine has neither the problem sets nor a network:
 
-1. `workload` (CPU, here): an open-loop reasoning workload from the load-test definitions (difficulty mix,
-   seeded Gamma arrivals, real problems) with each request's budgets and priority decided by the router's
-   own code from the policy; written as JSON and committed next to the results.
-2. `run` (GPU): for each configuration, one engine from the policy's tier with the configuration's changes
+1. `thinktier bench gpu workload` (CPU, here): an open-loop reasoning workload from the load-test definitions
+   (difficulty mix, seeded Gamma arrivals, real problems) with each request's budgets and priority decided by the
+   router's own code from the policy; written as JSON and committed next to the results.
+2. `thinktier bench gpu run` (GPU): for each configuration, one engine from the policy's tier with the configuration's changes
    (KV dtype, native CPU offload, scheduling policy), then the workloads it is given, then optionally a
    decode step-time profile for the planner. Results are written after each configuration, so a call cut
    short keeps what it finished.
@@ -18,13 +18,11 @@ answer budget (the worst case the budgets allow); a few draw `</think>` or EOS b
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import math
 import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -35,7 +33,7 @@ import numpy as np
 
 from deployments.decision import RoutingRequest
 from deployments.routing import EFFORT_CLASS, budget_decision
-from loadtest.report import Percentiles
+from loadtest.report import Percentiles, goodput_rps
 from loadtest.workload import Mix, PromptPool, open_loop
 from policies.loader import load_policy
 from policies.schema import SLO, DifficultyClass, Effort, Policy, Tier
@@ -201,16 +199,12 @@ class Sample:
     offload_load_bytes_total: float
 
 
-def meets_slo(record: RequestRecord, slo: SLO) -> bool:
-    return record.e2e_s is not None and record.ttfvt_s is not None and record.ttfvt_s <= slo.ttfvt_s and record.e2e_s <= slo.e2e_s
-
-
 def class_summary(records: Sequence[RequestRecord], slo: SLO) -> dict[str, Any]:
     done = [r for r in records if r.e2e_s is not None]
     return {
         "sent": len(records),
         "finished": len(done),
-        "met_slo": sum(meets_slo(r, slo) for r in records),
+        "met_slo": sum(slo.met(r.ttfvt_s, r.e2e_s) for r in records),
         "ttft_s": Percentiles.of([r.ttft_s for r in records if r.ttft_s is not None]).model_dump(),
         "ttfvt_s": Percentiles.of([r.ttfvt_s for r in done if r.ttfvt_s is not None]).model_dump(),
         "e2e_s": Percentiles.of([r.e2e_s for r in done]).model_dump(),
@@ -241,7 +235,7 @@ def summarize(
         "output_tokens": generated,
         "output_tokens_per_s": generated / wall_s if wall_s > 0 else 0.0,
         "met_slo": met,
-        "goodput_rps": met / duration_s,
+        "goodput_rps": goodput_rps(met, duration_s),
         "per_class": per_class,
         "kv_occupancy_mean": float(np.mean(kv)),
         "kv_occupancy_peak": float(np.max(kv)),
@@ -303,7 +297,7 @@ class _Runner:
         self.use_priority = use_priority
 
     async def _one(self, req: BenchRequest, record: RequestRecord, start: float, tag: str) -> None:
-        from deployments.engine import TierRequest
+        from deployments.protocol import TierRequest
 
         request = TierRequest(
             request_id=f"{tag}-{req.index}",
@@ -434,24 +428,43 @@ def _wait_gpu_free(limit_mib: int = 2048, timeout_s: float = 60) -> int:
     return used
 
 
+@dataclass(frozen=True)
+class RunSettings:
+    """What every configuration of a `run` shares beyond the policy: the model and its engine's sizing, how long
+    unfinished requests may drain, and the step profile's grid."""
+
+    model: str
+    load_format: str
+    kv_cache_gib: float | None
+    gpu_memory_utilization: float
+    enforce_eager: bool
+    drain_s: float
+    profile_batches: Sequence[int]
+    profile_contexts: Sequence[int]
+    seed: int
+
+
 async def run_config(
     name: str,
     policy: Policy,
-    args: argparse.Namespace,
+    settings: RunSettings,
     workloads: dict[str, Workload],
     steps: Sequence[str],
     save: Callable[[dict[str, Any]], None],
 ) -> dict[str, Any]:
     """Start the configuration's engine, run its steps, shut it down; `save` gets the result after each step."""
-    from deployments.engine import TierEngine, TierRequest
+    from deployments.engine import TierEngine
+    from deployments.protocol import TierRequest
 
     config = CONFIGS[name]
     tier_name = policy.routing.reasoning_tier
-    tier = configured_tier(policy.tiers[tier_name], config, args.model, args.kv_cache_gib, args.gpu_memory_utilization)
-    if args.enforce_eager:
+    tier = configured_tier(
+        policy.tiers[tier_name], config, settings.model, settings.kv_cache_gib, settings.gpu_memory_utilization
+    )
+    if settings.enforce_eager:
         tier = Tier.model_validate({**tier.model_dump(), "engine": {**tier.engine.model_dump(), "enforce_eager": True}})
     started = time.monotonic()
-    engine = TierEngine(tier_name, tier, engine_overrides(config, args.load_format))
+    engine = TierEngine(tier_name, tier, engine_overrides(config, settings.load_format))
     result: dict[str, Any] = {
         "config": name,
         "description": config.description,
@@ -469,11 +482,11 @@ async def run_config(
         runner = _Runner(engine, policy.slos, config.scheduling_policy == "priority")
         for step in steps:
             if step == "profile":
-                points = await _step_profile(engine, args.profile_batches, args.profile_contexts, args.seed)
+                points = await _step_profile(engine, settings.profile_batches, settings.profile_contexts, settings.seed)
                 result["step_profile"] = {"points": points, "fit": fit_step_profile(points)}
                 save(result)
                 continue
-            summary = await runner.run(workloads[step], args.drain_s)
+            summary = await runner.run(workloads[step], settings.drain_s)
             result["workloads"][step] = summary
             save(result)
             print(
@@ -504,24 +517,36 @@ def parse_plan(items: Sequence[str], workloads: dict[str, Workload]) -> list[tup
     return plan
 
 
-def _cmd_run(args: argparse.Namespace) -> int:
-    policy = load_policy(Path(args.policy))
+def read_workloads(specs: Sequence[str]) -> dict[str, Workload]:
+    """Workloads by name from 'NAME=PATH' items (PATH: a JSON file written by `write_workload`)."""
     workloads: dict[str, Workload] = {}
-    for spec in args.workload:
+    for spec in specs:
         name, sep, path = spec.partition("=")
         if not sep:
-            raise SystemExit(f"--workload {spec!r} must look like NAME=PATH")
+            raise ValueError(f"--workload {spec!r} must look like NAME=PATH")
         workloads[name] = Workload.from_json(json.loads(Path(path).read_text()))
-    plan = parse_plan(args.config, workloads)
-    out = Path(args.out)
+    return workloads
+
+
+def run(
+    policy_path: str,
+    workloads: dict[str, Workload],
+    plan: Sequence[tuple[str, Sequence[str]]],
+    settings: RunSettings,
+    out: Path,
+    command: str,
+) -> dict[str, Any]:
+    """Run the plan's configurations in order (see `parse_plan`); the JSON report at `out` is rewritten after each
+    step, so a run cut short keeps what it finished. `command` is recorded as how the report was made."""
+    policy = load_policy(Path(policy_path))
     out.parent.mkdir(parents=True, exist_ok=True)
     report: dict[str, Any] = {
-        "command": " ".join(["python -m loadtest.gpu_bench", *sys.argv[1:]]),
-        "policy": args.policy,
-        "model": args.model,
-        "load_format": args.load_format,
-        "kv_cache_gib": args.kv_cache_gib,
-        "drain_s": args.drain_s,
+        "command": command,
+        "policy": policy_path,
+        "model": settings.model,
+        "load_format": settings.load_format,
+        "kv_cache_gib": settings.kv_cache_gib,
+        "drain_s": settings.drain_s,
         "gpu": _nvidia_smi("name"),
         "workloads": {
             n: {k: v for k, v in w.to_json().items() if k != "requests"} | {"requests": len(w.requests)}
@@ -535,24 +560,27 @@ def _cmd_run(args: argparse.Namespace) -> int:
             report["results"][done:] = [result]
             out.write_text(json.dumps(report, indent=1))
 
-        save(asyncio.run(run_config(name, policy, args, workloads, steps, save)))
-    return 0
+        save(asyncio.run(run_config(name, policy, settings, workloads, steps, save)))
+    return report
 
 
-def _cmd_workload(args: argparse.Namespace) -> int:
-    policy = load_policy(Path(args.policy))
-    pool = PromptPool.builtin(args.languages.split(",") if args.languages else None)
-    workload = build_workload(policy, pool, args.name, Mix.parse(args.mix), args.rate, args.shape, args.duration, args.seed)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(workload.to_json(), indent=1))
-    counts = {k: sum(r.difficulty == k for r in workload.requests) for k in CLASSES}
-    print(f"{len(workload.requests)} requests over {args.duration} s {counts} -> {args.out}")
-    return 0
-
-
-def _cmd_table(args: argparse.Namespace) -> int:
-    print(markdown_table([json.loads(Path(path).read_text()) for path in args.reports]), end="")
-    return 0
+def write_workload(
+    policy_path: str,
+    name: str,
+    mix: Mix,
+    rate: float,
+    shape: float,
+    duration_s: float,
+    seed: int,
+    languages: Sequence[str] | None,
+    out: Path,
+) -> Workload:
+    """Build a workload from the builtin problem sets (in `languages`; all when None) and write it to `out` as JSON."""
+    pool = PromptPool.builtin(languages)
+    workload = build_workload(load_policy(Path(policy_path)), pool, name, mix, rate, shape, duration_s, seed)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(workload.to_json(), indent=1))
+    return workload
 
 
 def step_profile_file(report: dict[str, Any], config: str) -> dict[str, Any]:
@@ -578,83 +606,8 @@ def step_profile_file(report: dict[str, Any], config: str) -> dict[str, Any]:
     }
 
 
-def _cmd_step_profile(args: argparse.Namespace) -> int:
-    data = step_profile_file(json.loads(Path(args.report).read_text()), args.config)
-    Path(args.out).write_text(json.dumps(data, indent=1) + "\n")
-    print(f"{len(data['points'])} points -> {args.out}")
-    return 0
-
-
-def _ints(text: str) -> list[int]:
-    return [int(x) for x in text.split(",") if x]
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m loadtest.gpu_bench",
-        description="Benchmark one reasoning-tier replica (thinktier's TierEngine, no Ray) on a GPU under open-loop "
-        "reasoning load, configuration by configuration. Write the workload here with `workload`, run it on the "
-        "GPU machine with `run`.",
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
-    w = sub.add_parser("workload", help="Write an open-loop workload (JSON) from the problem sets and the policy's budgets.")
-    w.add_argument("--policy", required=True, help="Policy file; budgets and priorities of its reasoning tier are used.")
-    w.add_argument("--name", required=True, help="Workload name used in results (and request ids).")
-    w.add_argument("--rate", type=float, required=True, help="Mean arrival rate, requests/s.")
-    w.add_argument("--shape", type=float, default=0.5, help="Gamma shape of inter-arrival times (1 = Poisson, <1 burstier).")
-    w.add_argument("--duration", type=float, default=30, help="Seconds over which requests arrive.")
-    w.add_argument("--mix", default=DEFAULT_MIX, help="Class shares, e.g. easy=0.6,medium=0.25,hard=0.15 (no chat).")
-    w.add_argument("--languages", default="en", help="Problem languages (ISO 639-1, comma separated; empty for all).")
-    w.add_argument("--seed", type=int, default=1)
-    w.add_argument("--out", required=True, help="Where to write the workload JSON.")
-    w.set_defaults(func=_cmd_workload)
-    r = sub.add_parser("run", help="Run configurations on the GPU (needs vLLM with CUDA); writes a JSON report.")
-    r.add_argument("--policy", required=True, help="Policy file whose reasoning tier is the base of every configuration.")
-    r.add_argument("--model", required=True, help="Model folder (config + tokenizer; weights unless --load-format dummy).")
-    r.add_argument("--load-format", default="dummy", help="vLLM load_format; 'dummy' gives random weights of the geometry.")
-    r.add_argument("--workload", action="append", default=[], help="NAME=PATH of a workload JSON (repeatable).")
-    r.add_argument(
-        "--config",
-        action="append",
-        required=True,
-        help=f"CONFIG:STEP[,STEP...] run in order; CONFIG one of {sorted(CONFIGS)}; STEP a workload name or 'profile'.",
-    )
-    r.add_argument(
-        "--kv-cache-gib",
-        type=float,
-        default=2.0,
-        help="Cap the GPU KV cache (GiB) so the workloads put it under pressure; the same for every config.",
-    )
-    r.add_argument(
-        "--gpu-memory-utilization",
-        type=float,
-        default=0.3,
-        help="vLLM's start-up check of free memory; low, so memory a previous engine still frees is no obstacle.",
-    )
-    r.add_argument("--drain-s", type=float, default=90, help="Seconds after the last arrival before unfinished requests are cut.")
-    r.add_argument(
-        "--enforce-eager", action="store_true", help="Skip torch.compile and CUDA graphs (faster start, slower decode)."
-    )
-    r.add_argument("--profile-batches", type=_ints, default=[1, 8, 32, 64, 128, 256], help="Batch sizes of the step profile.")
-    r.add_argument("--profile-contexts", type=_ints, default=[512, 2048, 6000], help="Context lengths of the step profile.")
-    r.add_argument("--seed", type=int, default=1)
-    r.add_argument("--out", required=True, help="Where to write the JSON report (rewritten after each configuration).")
-    r.set_defaults(func=_cmd_run)
-    t = sub.add_parser("table", help="Print a Markdown table of `run` reports (one row per configuration and workload).")
-    t.add_argument("reports", nargs="+", help="JSON reports written by `run`.")
-    t.set_defaults(func=_cmd_table)
-    s = sub.add_parser("step-profile", help="Write the planner's step-time data file from a `run` report's profile.")
-    s.add_argument("report", help="JSON report written by `run` with a CONFIG:...,profile step.")
-    s.add_argument("--config", required=True, help="Configuration whose profile to take.")
-    s.add_argument("--out", required=True, help="Where to write the data file.")
-    s.set_defaults(func=_cmd_step_profile)
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return args.func(args)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+def write_step_profile(report_path: Path, config: str, out: Path) -> dict[str, Any]:
+    """Write the planner's data file (`step_profile_file`) of one configuration of a `run` report to `out`."""
+    data = step_profile_file(json.loads(report_path.read_text()), config)
+    out.write_text(json.dumps(data, indent=1) + "\n")
+    return data

@@ -121,21 +121,16 @@ def _mean(values: Sequence[float]) -> float | None:
     return float(np.mean(values)) if values else None
 
 
-def meets_slo(result: RequestResult, slo: SLO) -> bool:
-    return (
-        result.ok
-        and result.ttfvt_s is not None
-        and result.e2e_s is not None
-        and result.ttfvt_s <= slo.ttfvt_s
-        and result.e2e_s <= slo.e2e_s
-    )
+def goodput_rps(met_slo: int, duration_s: float) -> float:
+    """Requests per second that met their class's SLO (`SLO.met`), over `duration_s`."""
+    return met_slo / duration_s if duration_s > 0 else 0.0
 
 
 def class_stats(results: Sequence[RequestResult], slos: dict[DifficultyClass, SLO], duration_s: float) -> ClassStats:
     ok = [r for r in results if r.ok]
     thinking = [float(r.reasoning_tokens) for r in ok if r.reasoning_tokens is not None]
     answers = [float(a) for r in ok if (a := r.answer_tokens) is not None]
-    met = sum(meets_slo(r, slos[SLO_CLASS[r.request_class]]) for r in results)
+    met = sum(r.ok and slos[SLO_CLASS[r.request_class]].met(r.ttfvt_s, r.e2e_s) for r in results)
     return ClassStats(
         requests=len(results),
         ok=len(ok),
@@ -151,7 +146,7 @@ def class_stats(results: Sequence[RequestResult], slos: dict[DifficultyClass, SL
         answer_tokens_mean=_mean(answers),
         slo_met=met,
         slo_attainment=met / len(results) if results else None,
-        goodput_rps=met / duration_s if duration_s > 0 else 0.0,
+        goodput_rps=goodput_rps(met, duration_s),
         tiers=dict(Counter(r.decision["tier"] for r in results if "tier" in r.decision)),
     )
 

@@ -15,9 +15,11 @@ from policies.schema import Policy
 
 SCHEMA_FILE = Path(__file__).with_name("policy.schema.json")
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
-CROSS_FIELD_NOTE = (
+SCHEMA_NOTE = (
     "The schema checks each field on its own; cross-field rules (thresholds in order, budgets within "
-    "the tier's max_model_len, routes naming existing tiers, ...) are checked by `thinktier policy validate`."
+    "the tier's max_model_len, routes naming existing tiers, ...) are checked by `thinktier policy validate`. "
+    'Fields with "deploy_time": true are built into the deployments when they start, so a change to one takes a '
+    "redeploy; the others apply live when the policy file changes."
 )
 
 
@@ -29,7 +31,7 @@ def policy_json_schema() -> dict[str, Any]:
         "$schema": DIALECT,
         **schema,
         "title": "thinktier policy",
-        "description": f"{description}\n\n{CROSS_FIELD_NOTE}" if description else CROSS_FIELD_NOTE,
+        "description": f"{description}\n\n{SCHEMA_NOTE}" if description else SCHEMA_NOTE,
     }
 
 

@@ -9,24 +9,25 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
+from pydantic.fields import FieldInfo
 
 Effort = Literal["low", "medium", "high"]
 EFFORTS: tuple[Effort, ...] = ("low", "medium", "high")
 DifficultyClass = Literal["easy", "medium", "hard"]
 Accelerator = Literal["cpu", "gpu"]
 KVCacheDType = Literal["auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2"]
-FP8_KV_DTYPES = ("fp8", "fp8_e4m3", "fp8_e5m2")
+
+DEPLOY_TIME: dict[str, JsonValue] = {"deploy_time": True}
+"""`json_schema_extra` of a field that is built into the deployments when they start, so that a change to it takes
+a redeploy; the live reloader (policies/watcher.py) derives its redeploy set from these marks. Unmarked fields are
+read per request and apply live. The mark also shows in policy.schema.json as `"deploy_time": true`."""
 
 
-def cpu_supports_fp8_kv() -> bool:
-    """vLLM's CPU backend stores FP8 KV only with AVX-512 or AMX."""
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            flags = cpuinfo.read()
-    except OSError:
-        return False
-    return "avx512f" in flags or "amx_tile" in flags
+def is_deploy_time(field: FieldInfo) -> bool:
+    """Whether `field` carries the DEPLOY_TIME mark."""
+    extra = field.json_schema_extra
+    return isinstance(extra, dict) and extra.get("deploy_time") is True
 
 
 class StrictModel(BaseModel):
@@ -147,23 +148,46 @@ class Stragglers(StrictModel):
     elapsed_s: float = Field(60, gt=0, description="Or running longer than this.")
 
 
+class RouterWeights(StrictModel):
+    """How the tier's request router scores its replicas for each request; the lowest score gets the request.
+
+    Each weight is in units of "one more request in the replica's queue" (cluster/request_router.py)."""
+
+    queue: float = Field(1.0, ge=0, description="Per request running on or queued at the replica.")
+    kv: float = Field(
+        2.0, ge=0, description="Times occupancy / headroom of the KV cache: 0.5 at half full, 2.3 at 70%, 49 at 98%."
+    )
+    straggler: float = Field(
+        2.0, ge=0, description="Per straggler on the replica: it holds KV and a batch slot it will not release soon."
+    )
+    long_running: float = Field(
+        3.0, ge=0, description="Per long (hard-class) request on the replica; counted for hard requests only."
+    )
+
+
 class Tier(StrictModel):
     """One pool of identical vLLM replicas serving one model: a Ray Serve deployment."""
 
     model: str = Field(
-        description="Model folder, or 'builtin:<name>' for a model thinktier builds itself (builtin:smollm2-135m-think)."
+        description="Model folder, or 'builtin:<name>' for a model thinktier builds itself (builtin:smollm2-135m-think).",
+        json_schema_extra=DEPLOY_TIME,
     )
-    served_model_name: str | None = Field(None, description="Name clients use in 'model'; the tier's name when unset.")
-    thinking: bool = Field(True, description="Whether the tier writes a thinking section before the answer.")
-    think_start: str = Field("<think>", description="Token that opens the thinking section.")
-    think_end: str = Field("</think>", description="Token that closes the thinking section.")
-    pool: Pool = Field(default_factory=Pool)
-    replicas: Replicas = Field(default_factory=Replicas)
-    engine: EngineArgs = Field(default_factory=EngineArgs)
+    served_model_name: str | None = Field(
+        None, description="Name clients use in 'model'; the tier's name when unset.", json_schema_extra=DEPLOY_TIME
+    )
+    thinking: bool = Field(
+        True, description="Whether the tier writes a thinking section before the answer.", json_schema_extra=DEPLOY_TIME
+    )
+    think_start: str = Field("<think>", description="Token that opens the thinking section.", json_schema_extra=DEPLOY_TIME)
+    think_end: str = Field("</think>", description="Token that closes the thinking section.", json_schema_extra=DEPLOY_TIME)
+    pool: Pool = Field(default_factory=Pool, json_schema_extra=DEPLOY_TIME)
+    replicas: Replicas = Field(default_factory=Replicas, json_schema_extra=DEPLOY_TIME)
+    engine: EngineArgs = Field(default_factory=EngineArgs, json_schema_extra=DEPLOY_TIME)
     budgets: dict[Effort, Budget] = Field(default_factory=_default_budgets, description="Budget per effort level.")
     max_prompt_tokens: int = Field(1024, ge=1, description="Longest prompt accepted, tokens; longer ones get a 400.")
-    autoscaling: Autoscaling = Field(default_factory=Autoscaling)
-    stragglers: Stragglers = Field(default_factory=Stragglers)
+    autoscaling: Autoscaling = Field(default_factory=Autoscaling, json_schema_extra=DEPLOY_TIME)
+    stragglers: Stragglers = Field(default_factory=Stragglers, json_schema_extra=DEPLOY_TIME)
+    router_weights: RouterWeights = Field(default_factory=RouterWeights, json_schema_extra=DEPLOY_TIME)
 
     @model_validator(mode="after")
     def _fits(self) -> Tier:
@@ -197,11 +221,6 @@ class Tier(StrictModel):
             problems.append(
                 "engine.kv_offloading: vLLM offloads KV to CPU memory only from CUDA or XPU GPUs; "
                 "set kv_offloading.size_gib: 0 or pool.accelerator: gpu"
-            )
-        if engine.kv_cache_dtype in FP8_KV_DTYPES and not cpu_supports_fp8_kv():
-            problems.append(
-                f"engine.kv_cache_dtype: {engine.kv_cache_dtype!r} needs a GPU or an x86 CPU with AVX-512 or AMX, "
-                "which this machine lacks; use kv_cache_dtype: auto or pool.accelerator: gpu"
             )
         if engine.kv_cache_memory_gib is None:
             problems.append(
@@ -242,7 +261,7 @@ class Routing(StrictModel):
     reasoning_tier: str = Field("reasoning", description="Tier that takes prompts that need thinking.")
     chat_tier: str | None = Field("chat", description="Tier that takes prompts that need none; null for a single pool.")
     default_effort: Effort = Field("medium", description="Effort when neither classifier nor request says.")
-    classifier: Classifier = Field(default_factory=Classifier)
+    classifier: Classifier = Field(default_factory=Classifier, json_schema_extra=DEPLOY_TIME)
     thresholds: Thresholds = Field(default_factory=Thresholds)
     priority: dict[DifficultyClass, int] = Field(
         default_factory=lambda: {"easy": 0, "medium": 1, "hard": 2},
@@ -266,6 +285,11 @@ class SLO(StrictModel):
     ttfvt_s: float = Field(gt=0, description="Time to first visible (answer) token, seconds.")
     e2e_s: float = Field(gt=0, description="Request start to last token, seconds.")
 
+    def met(self, ttfvt_s: float | None, e2e_s: float | None) -> bool:
+        """Whether a request with these latencies meets both objectives; one that never showed an answer token
+        (`ttfvt_s` None) or never finished (`e2e_s` None) misses."""
+        return ttfvt_s is not None and e2e_s is not None and ttfvt_s <= self.ttfvt_s and e2e_s <= self.e2e_s
+
 
 def _default_slos() -> dict[DifficultyClass, SLO]:
     return {
@@ -287,12 +311,38 @@ class Tenant(StrictModel):
 
 
 class Server(StrictModel):
-    """The HTTP endpoint."""
+    """The HTTP endpoint: Serve's proxy, the Ingress replicas behind it, and how streams reach them."""
 
-    host: str = Field("127.0.0.1", description="HTTP bind address.")
-    port: int = Field(8000, ge=1, le=65535, description="HTTP port.")
+    host: str = Field("127.0.0.1", description="HTTP bind address.", json_schema_extra=DEPLOY_TIME)
+    port: int = Field(8000, ge=1, le=65535, description="HTTP port.", json_schema_extra=DEPLOY_TIME)
     max_body_bytes: int = Field(1_000_000, ge=1024, description="Largest request body accepted.")
     allow_anonymous: bool = Field(True, description="Serve requests without an API key as tenant 'anonymous'.")
+    ingress_replicas: Replicas = Field(
+        default_factory=Replicas,
+        description="Ingress replicas (HTTP parsing, routing, SSE framing); between min and max they follow the "
+        "requests in flight (ingress_target_ongoing_requests each).",
+        json_schema_extra=DEPLOY_TIME,
+    )
+    ingress_target_ongoing_requests: float = Field(
+        128,
+        gt=0,
+        description="Requests in flight per Ingress replica that the front door scales towards.",
+        json_schema_extra=DEPLOY_TIME,
+    )
+    http_proxy: Literal["serve", "haproxy"] = Field(
+        "serve",
+        description="What carries HTTP to the Ingress replicas: Ray Serve's proxy actor (one Python process per node), "
+        "or 'haproxy': Ray Serve's HAProxy mode, where HAProxy balances over Ingress replicas that serve HTTP "
+        "themselves (direct ingress), so the front door grows with ingress_replicas.",
+        json_schema_extra=DEPLOY_TIME,
+    )
+    stream_interval_ms: float = Field(
+        50, ge=0, le=1000,
+        description="A stream's tokens leave the tier replica in batches at most this far apart, so the Ingress and "
+        "proxy handle one message per batch, not per token; the first token and the first answer token go at once. "
+        "0 sends every engine step on its own.",
+        json_schema_extra=DEPLOY_TIME,
+    )
 
 
 class Policy(StrictModel):

@@ -10,12 +10,12 @@ What happens to new content:
   * invalid: rejected. Every problem is logged, `last_error` holds them, the
     `thinktier_policy_reloads_total{outcome="rejected"}` counter goes up, and the last good
     policy keeps serving.
-  * valid, but changing something that is built at deploy time (a tier added or removed, a
-    model, engine arguments, pool, replicas, autoscaling targets, straggler limits, the
-    classifier, the HTTP address): nothing of it is applied, not even its live parts, because a
-    half-applied policy is one nobody wrote. Logged with the fields, counted as
-    `needs_redeploy`; `last_error` says what to redeploy. Redeploying (Helm upgrade, or
-    `thinktier up` locally) brings the whole policy in.
+  * valid, but changing something that is built at deploy time (a field marked DEPLOY_TIME in
+    policies/schema.py: a model, engine arguments, pool, replicas, autoscaling targets, the
+    classifier, the HTTP address, ...; or a tier added or removed): nothing of it is applied, not
+    even its live parts, because a half-applied policy is one nobody wrote. Logged with the
+    fields, counted as `needs_redeploy`; `last_error` says what to redeploy. Redeploying (Helm
+    upgrade, or `thinktier up` locally) brings the whole policy in.
   * valid and live-applicable (routing, thresholds, budgets, degradation, SLOs, tenants):
     `on_change(new_policy, change)` is called, then `current` becomes the new policy; counted
     as `applied`.
@@ -33,12 +33,13 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args, get_origin
 
 from prometheus_client import Counter
+from pydantic import BaseModel
 
 from policies.loader import PolicyError, parse_policy
-from policies.schema import Policy
+from policies.schema import Policy, is_deploy_time
 
 log = logging.getLogger(__name__)
 
@@ -54,24 +55,31 @@ RELOADS = Counter(
 for _outcome in OUTCOMES:
     RELOADS.labels(_outcome)
 
-# Policy fields built into deployments at deploy time; a change to any of them needs a redeploy.
-# `*` stands for any tier name. Adding or removing a tier also matches ("tiers.new" is above
-# "tiers.*.model"). Everything else is read by the router per request and applies live.
-REDEPLOY_FIELDS: tuple[str, ...] = (
-    "tiers.*.model",  # the engine's weights
-    "tiers.*.served_model_name",  # the name the engine and /v1/models serve
-    "tiers.*.thinking",  # the engine's reasoning parser
-    "tiers.*.think_start",
-    "tiers.*.think_end",
-    "tiers.*.engine",  # vLLM engine arguments
-    "tiers.*.pool",  # Ray resources and Kubernetes node pool of each replica
-    "tiers.*.replicas",  # the Serve config's autoscaling bounds
-    "tiers.*.autoscaling",  # policy_kwargs of the Serve autoscaling policy (cluster/autoscaling.py)
-    "tiers.*.stragglers",  # counted inside each tier replica
-    "routing.classifier",  # a deployment of its own, present only when enabled
-    "server.host",  # the Serve HTTP proxy's address
-    "server.port",
-)
+
+def _sections(annotation: Any) -> Iterator[tuple[tuple[str, ...], type[BaseModel]]]:
+    """The policy sections a field holds, with the path from the field to each: the field's own model, or the
+    values of a dict of models (any key: `*`)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        yield (), annotation
+    elif get_origin(annotation) is dict:
+        for path, model in _sections(get_args(annotation)[1]):
+            yield ("*", *path), model
+
+
+def deploy_time_fields(model: type[BaseModel] = Policy) -> Iterator[str]:
+    """Dotted paths of the fields of `model` marked deploy-time in policies/schema.py, `*` for any dict key."""
+    for name, field in model.model_fields.items():
+        if is_deploy_time(field):
+            yield name
+            continue
+        for path, section in _sections(field.annotation):
+            yield from (".".join((name, *path, sub)) for sub in deploy_time_fields(section))
+
+
+# Policy fields built into deployments at deploy time (marked DEPLOY_TIME in policies/schema.py); a
+# change to any of them needs a redeploy. Adding or removing a tier also matches ("tiers.new" is
+# above "tiers.*.model"). Everything else is read by the router per request and applies live.
+REDEPLOY_FIELDS: tuple[str, ...] = tuple(deploy_time_fields())
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,12 @@
-"""Engine arguments come from the policy; GPU-only features fail at validation on this CPU, saying what to change."""
+"""Engine arguments come from the policy; GPU-only features fail with what to change: at validation where the
+policy alone decides (KV offload on a CPU tier), at engine start where the serving machine does (FP8 KV on a CPU)."""
 
 from __future__ import annotations
 
 import pytest
 
-from deployments.engine import engine_kwargs
-from policies import schema
+from deployments import engine
+from deployments.engine import HostCannotServe, check_host, engine_kwargs
 from policies.loader import PolicyError, load_policy, parse_policy
 
 CPU_TIER = """
@@ -23,18 +24,20 @@ def tier_text(extra: str, accelerator: str = "cpu") -> str:
     return CPU_TIER.format(extra=extra, accelerator=accelerator)
 
 
-def test_fp8_kv_on_a_cpu_without_avx512_is_refused_with_a_fix(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(schema, "cpu_supports_fp8_kv", lambda: False)  # as on the project's AVX2-only machines
-    with pytest.raises(PolicyError) as err:
-        parse_policy(tier_text("kv_cache_dtype: fp8"), "p.yaml")
-    problem = err.value.problems[0]
-    assert problem.field == "tiers.reasoning.engine.kv_cache_dtype"
-    assert "AVX-512" in problem.message and "kv_cache_dtype: auto" in problem.message
+def test_fp8_kv_on_a_cpu_without_avx512_is_refused_at_engine_start_with_a_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+    policy = parse_policy(tier_text("kv_cache_dtype: fp8"), "p.yaml")  # valid: the serving machine may have AVX-512
+    monkeypatch.setattr(engine, "cpu_supports_fp8_kv", lambda: False)  # as on the project's AVX2-only machines
+    with pytest.raises(HostCannotServe) as err:
+        engine.TierEngine("reasoning", policy.tiers["reasoning"])
+    message = str(err.value)
+    assert message.startswith("engine.kv_cache_dtype: 'fp8'")
+    assert "AVX-512" in message and "kv_cache_dtype: auto" in message
 
 
-def test_fp8_kv_on_a_cpu_with_avx512_is_accepted(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(schema, "cpu_supports_fp8_kv", lambda: True)
+def test_fp8_kv_on_a_cpu_with_avx512_passes_the_host_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(engine, "cpu_supports_fp8_kv", lambda: True)
     policy = parse_policy(tier_text("kv_cache_dtype: fp8"), "p.yaml")
+    check_host(policy.tiers["reasoning"])
     assert engine_kwargs(policy.tiers["reasoning"], "/m")["kv_cache_dtype"] == "fp8"
 
 

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
 
+from cli.main import build_parser
+from cli.main import main as thinktier_main
 from deployments.problems import Problem
+from loadtest import gpu_bench
 from loadtest.gpu_bench import (
     CONFIGS,
     RequestRecord,
     Sample,
     Workload,
-    build_parser,
     build_workload,
     configured_tier,
     fit_step_profile,
@@ -129,9 +132,43 @@ def test_plan_names_configurations_and_steps(policy, pool) -> None:
         parse_plan(["fp8:B"], workloads)
 
 
-def test_help_explains_both_steps() -> None:
-    text = build_parser().format_help()
-    assert "workload" in text and "run" in text and "GPU" in text
+def test_help_explains_both_steps(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["bench", "gpu", "--help"])
+    text = capsys.readouterr().out
+    assert "usage: thinktier bench gpu" in text
+    assert "workload" in text and "run" in text and "GPU" in text and "step-profile" in text
+
+
+def test_run_command_records_how_to_repeat_it(policy, pool, tmp_path, monkeypatch) -> None:
+    """The report names the `thinktier bench gpu run` command that made it; configurations run in the given order."""
+    workload = tmp_path / "workload-A.json"
+    workload.write_text(json.dumps(build_workload(policy, pool, "A", Mix.parse("easy=1"), 1.0, 1.0, 5, seed=1).to_json()))
+    ran: list[tuple[str, list[str], gpu_bench.RunSettings]] = []
+
+    async def run_config(name, policy, settings, workloads, steps, save):  # the GPU part
+        ran.append((name, steps, settings))
+        return {"config": name, "workloads": {}}
+
+    monkeypatch.setattr(gpu_bench, "run_config", run_config)
+    out = tmp_path / "run.json"
+    argv = ["bench", "gpu", "run", "--policy", str(POLICY), "--model", "/tmp/r1q7b", "--workload", f"A={workload}",
+            "--config", "bf16:A", "--config", "fp8:A,profile", "--profile-batches", "1,8", "--out", str(out)]
+    monkeypatch.setattr(sys, "argv", ["thinktier", *argv])
+    assert thinktier_main(argv) == 0
+
+    report = json.loads(out.read_text())
+    assert report["command"] == "thinktier " + " ".join(argv)
+    assert [r["config"] for r in report["results"]] == ["bf16", "fp8"] and report["workloads"]["A"]["requests"] >= 1
+    assert [(name, steps) for name, steps, _ in ran] == [("bf16", ["A"]), ("fp8", ["A", "profile"])]
+    assert ran[0][2].profile_batches == [1, 8] and ran[0][2].kv_cache_gib == 2.0
+
+
+def test_run_command_names_a_bad_plan(tmp_path, capsys) -> None:
+    out = tmp_path / "r.json"
+    argv = ["bench", "gpu", "run", "--policy", str(POLICY), "--model", "/m", "--config", "fp4:A", "--out", str(out)]
+    assert thinktier_main(argv) == 2
+    assert "unknown configuration 'fp4'" in capsys.readouterr().err and not out.exists()
 
 
 def test_table_has_a_row_per_configuration_and_workload() -> None:
@@ -150,7 +187,7 @@ def test_step_profile_file_takes_the_named_configuration() -> None:
         "engine": {"kv_cache_dtype": "fp8", "enforce_eager": False, "max_num_seqs": 256},
         "step_profile": {"points": points, "fit": fit_step_profile(points)},
     }
-    report = {"command": "python -m loadtest.gpu_bench run ...", "gpu": "NVIDIA H200", "results": [result]}
+    report = {"command": "thinktier bench gpu run ...", "gpu": "NVIDIA H200", "results": [result]}
     data = step_profile_file(report, "fp8")
     assert data["columns"] == ["batch_size", "context_tokens", "step_s"] and data["points"][1] == [1, 6000, points[1]["step_s"]]
     assert data["kv_cache_dtype"] == "fp8" and data["cuda_graphs"] and "formula" in data["fit"]

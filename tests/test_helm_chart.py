@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import importlib.metadata
 import io
+import json
 import re
 import subprocess
 import tarfile
@@ -24,7 +25,14 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from cli.main import main as thinktier_main
-from cluster.helm_values import POLICY_PATH, render_helm_values
+from cluster.helm_values import (
+    POLICY_PATH,
+    VALUES_SCHEMA,
+    helm_values,
+    render_helm_values,
+    render_values_schema,
+    values_schema_properties,
+)
 from cluster.serve_config import pool_resource, serve_config
 from deployments.metrics import PREFIX, ServiceMetrics
 from deployments.replica_stats import ReplicaStats
@@ -394,6 +402,8 @@ def test_api_keys_secret_from_values_and_missing_key_is_refused(render: Render) 
         (("service.type=Public",), "service.type must be one of"),
         (("servePort=70000",), "servePort: Must be less than or equal to 65535"),
         (("tiers.reasoning.gpus=-1",), "tiers.reasoning.gpus: Must be greater than or equal to 0"),
+        (("tiers.reasoning.accelerator=tpu",), "tiers.reasoning.accelerator must be one of"),
+        (("tiers.reasoning.maxReplicas=0",), "tiers.reasoning.maxReplicas: Must be greater than or equal to 1"),
         (("autoscaler.upscalingMode=Fast",), "autoscaler.upscalingMode must be one of"),
         (("workers.sharedMemoryGibibytes=8",), "Additional property sharedMemoryGibibytes is not allowed"),
     ],
@@ -428,3 +438,34 @@ def test_helm_values_cli_refuses_an_invalid_policy(tmp_path: Path, capsys: pytes
     assert thinktier_main(["helm", "values", "--policy", str(bad)]) == 2
     err = capsys.readouterr().err
     assert "max_num_seqs" in err and str(bad) in err
+
+
+def test_checked_in_values_schema_is_up_to_date() -> None:
+    committed = VALUES_SCHEMA.read_text()
+    assert render_values_schema(committed) == committed, (
+        f"the generated part of {VALUES_SCHEMA.relative_to(ROOT)} is stale; run: thinktier helm schema"
+    )
+    assert thinktier_main(["helm", "schema", "--check"]) == 0
+
+
+def test_values_schema_generated_part_covers_every_generated_value_and_follows_the_policy() -> None:
+    """Every value `thinktier helm values` writes has a generated schema, with the policy field's bounds and help."""
+    for generated, policy_file in GENERATED.items():
+        values = helm_values(load_policy(ROOT / policy_file), (ROOT / policy_file).read_text())
+        assert values_schema_properties().keys() == values.keys()
+        jsonschema.validate(yaml.safe_load(generated.read_text()), json.loads(VALUES_SCHEMA.read_text()))
+    group = values_schema_properties()["tiers"]["additionalProperties"]["properties"]
+    assert group["accelerator"]["enum"] == ["cpu", "gpu"]
+    assert group["maxReplicas"]["description"].startswith("Most replicas the autoscaler may start.")
+
+
+def test_helm_schema_command_rewrites_only_the_generated_part(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    committed = json.loads(VALUES_SCHEMA.read_text())
+    stale = copy.deepcopy(committed)
+    stale["properties"]["tiers"] = {"type": "object"}
+    path = tmp_path / "values.schema.json"
+    path.write_text(json.dumps(stale, indent=2) + "\n")
+    assert thinktier_main(["helm", "schema", "--schema", str(path), "--check"]) == 1
+    assert "out of date" in capsys.readouterr().err
+    assert thinktier_main(["helm", "schema", "--schema", str(path)]) == 0
+    assert json.loads(path.read_text()) == committed

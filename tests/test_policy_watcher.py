@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 from prometheus_client import REGISTRY
+from pydantic import Field
 
 from policies.loader import DEFAULT_POLICY, load_policy, parse_policy
-from policies.schema import Policy, Tenant
-from policies.watcher import PolicyChange, PolicyWatcher, policy_change
+from policies.schema import DEPLOY_TIME, Policy, Replicas, RouterWeights, Server, StrictModel, Tenant, is_deploy_time
+from policies.watcher import PolicyChange, PolicyWatcher, deploy_time_fields, policy_change
 
 DEFAULT = DEFAULT_POLICY.read_text()
 THRESHOLDS = "thresholds: {reasoning: 0.3, medium: 0.6, high: 0.8}"
@@ -243,3 +244,61 @@ def test_budgets_apply_live() -> None:
     )
     assert change == PolicyChange(live=("tiers.reasoning.budgets.medium.thinking_tokens",))
     assert str(change) == "live: tiers.reasoning.budgets.medium.thinking_tokens"
+
+
+# One new value for every Server field (a new field needs one here): the section mixes both kinds.
+SERVER_EDITS = {
+    "host": "0.0.0.0",
+    "port": 8001,
+    "max_body_bytes": 2048,
+    "allow_anonymous": False,
+    "ingress_replicas": Replicas(min=1, max=4),
+    "ingress_target_ongoing_requests": 32,
+    "http_proxy": "haproxy",
+    "stream_interval_ms": 0,
+}
+
+
+@pytest.mark.parametrize("field", SERVER_EDITS)
+def test_a_field_needs_a_redeploy_exactly_when_the_schema_marks_it_deploy_time(field: str) -> None:
+    assert SERVER_EDITS.keys() == Server.model_fields.keys()
+    old = load_policy(DEFAULT_POLICY)
+    new = old.model_copy(update={"server": old.server.model_copy(update={field: SERVER_EDITS[field]})})
+    change = policy_change(old, new)
+    assert change
+    if is_deploy_time(Server.model_fields[field]):
+        assert change.live == () and all(path.startswith(f"server.{field}") for path in change.redeploy)
+    else:
+        assert change == PolicyChange(live=(f"server.{field}",))
+
+
+def test_stream_interval_and_ingress_scaling_need_a_redeploy_body_limit_applies_live() -> None:
+    old = load_policy(DEFAULT_POLICY)
+    edits = {"stream_interval_ms": 0, "ingress_replicas": Replicas(min=2, max=2), "max_body_bytes": 4096}
+    server = old.server.model_copy(update=edits)
+    change = policy_change(old, old.model_copy(update={"server": server}))
+    assert change.redeploy == ("server.ingress_replicas.max", "server.ingress_replicas.min", "server.stream_interval_ms")
+    assert change.live == ("server.max_body_bytes",)
+
+
+def test_router_weights_need_a_redeploy() -> None:
+    old = load_policy(DEFAULT_POLICY)
+    tier = old.tiers["reasoning"].model_copy(update={"router_weights": RouterWeights(kv=4)})
+    change = policy_change(old, old.model_copy(update={"tiers": {**old.tiers, "reasoning": tier}}))
+    assert change == PolicyChange(redeploy=("tiers.reasoning.router_weights.kv",))
+
+
+class _Section(StrictModel):
+    built: int = Field(0, json_schema_extra=DEPLOY_TIME)
+    read: int = 0
+
+
+class _Root(StrictModel):
+    named: dict[str, _Section] = Field(default_factory=dict)
+    one: _Section = Field(default_factory=_Section)
+    whole: _Section = Field(default_factory=_Section, json_schema_extra=DEPLOY_TIME)
+    flag: bool = False
+
+
+def test_redeploy_fields_are_derived_from_the_marks() -> None:
+    assert sorted(deploy_time_fields(_Root)) == ["named.*.built", "one.built", "whole"]

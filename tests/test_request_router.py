@@ -3,20 +3,21 @@
 from __future__ import annotations
 
 from collections import Counter
+from types import SimpleNamespace
 
 import pytest
+from pydantic import ValidationError
+from ray.serve._private.common import DeploymentHandleSource, DeploymentID
 from ray.serve._private.config import DeploymentConfig
+from ray.serve.request_router import ReplicaID
 from ray.serve.schema import DeploymentSchema
 
-from cluster.request_router import (
-    KVAwareRequestRouter,
-    RouterWeights,
-    difficulty_of,
-    score_replica,
-    serve_request_router_config,
-)
-from deployments.engine import TierRequest
+from cluster.request_router import KVAwareRequestRouter, difficulty_of, score_replica
+from cluster.serve_config import APP_NAME, deployment_options, tier_deployment_name
+from deployments.protocol import TierRequest
 from deployments.replica_stats import ReplicaStats
+from policies.loader import DEFAULT_POLICY, load_policy, parse_policy
+from policies.schema import Policy, RouterWeights
 
 WEIGHTS = RouterWeights()
 
@@ -91,18 +92,46 @@ def test_difficulty_is_read_from_the_tier_request_positional_or_keyword():
     assert difficulty_of(["plain prompt"], {"stream": True}) is None
 
 
-def test_weights_from_router_kwargs_name_unknown_keys_and_reject_negatives():
-    assert RouterWeights.from_kwargs({"kv": 4.0}).kv == 4.0
-    with pytest.raises(ValueError, match=r"unknown key\(s\) \['kv_weight'\].*known keys are"):
-        RouterWeights.from_kwargs({"kv_weight": 4.0})
-    with pytest.raises(ValueError, match=r"\['queue'\] must be >= 0"):
-        RouterWeights.from_kwargs({"queue": -1})
-
-
-def test_config_file_form_survives_rays_deployment_config_round_trip():
-    """The dict goes into the Serve config file; Ray ships it to every handle as a protobuf."""
-    schema = DeploymentSchema(name="tier-reasoning", request_router_config=serve_request_router_config(1.0))
+def router_of(policy: Policy, tier: str) -> KVAwareRequestRouter:
+    """The tier's router as Serve builds it: from the Serve config's request_router_config, which Ray ships to every
+    handle as a protobuf."""
+    options = deployment_options(policy)[tier_deployment_name(tier)]
+    schema = DeploymentSchema(name=options["name"], request_router_config=options["request_router_config"])
     shipped = DeploymentConfig(request_router_config=schema.request_router_config).to_proto_bytes()
-    router_config = DeploymentConfig.from_proto_bytes(shipped).request_router_config
-    assert router_config.get_request_router_class() is KVAwareRequestRouter
-    assert router_config.request_routing_stats_period_s == 1.0
+    config = DeploymentConfig.from_proto_bytes(shipped).request_router_config
+    assert config.get_request_router_class() is KVAwareRequestRouter
+    assert config.request_routing_stats_period_s == policy.tiers[tier].autoscaling.metrics_interval_s
+    deployment = DeploymentID(name=options["name"], app_name=APP_NAME)
+    router = KVAwareRequestRouter(deployment, DeploymentHandleSource.UNKNOWN)
+    router.initialize_state(**config.request_router_kwargs)
+    return router
+
+
+def hard_request_goes_to(router: KVAwareRequestRouter, stats: dict[str, ReplicaStats]) -> str:
+    deployment = DeploymentID(name="tier-reasoning", app_name=APP_NAME)
+    replicas = [
+        SimpleNamespace(replica_id=ReplicaID(unique_id=name, deployment_id=deployment), routing_stats=s.as_metrics())
+        for name, s in stats.items()
+    ]
+    return min(replicas, key=lambda r: router.replica_score(r, hard=True)).replica_id.unique_id
+
+
+def test_router_weights_of_the_policy_change_the_scores() -> None:
+    stats = {"long-heavy": ReplicaStats(kv_occupancy=0.3, num_long_running=4), "kv-busy": ReplicaStats(kv_occupancy=0.6)}
+    default = router_of(load_policy(DEFAULT_POLICY), "reasoning")
+    assert default.weights == RouterWeights()
+    assert hard_request_goes_to(default, stats) == "kv-busy"
+
+    prompt_limit = "    max_prompt_tokens: 512\n"  # first in the reasoning tier
+    text = DEFAULT_POLICY.read_text().replace(prompt_limit, prompt_limit + "    router_weights: {long_running: 0}\n", 1)
+    tuned = router_of(parse_policy(text), "reasoning")
+    assert tuned.weights == RouterWeights(long_running=0)
+    assert hard_request_goes_to(tuned, stats) == "long-heavy"
+
+
+def test_router_refuses_unknown_or_negative_weights() -> None:
+    router = KVAwareRequestRouter(DeploymentID(name="tier-reasoning", app_name=APP_NAME), DeploymentHandleSource.UNKNOWN)
+    with pytest.raises(ValidationError, match=r"kv_weight\n +Extra inputs are not permitted"):
+        router.initialize_state(kv_weight=4.0)
+    with pytest.raises(ValidationError, match=r"queue\n +Input should be greater than or equal to 0"):
+        router.initialize_state(queue=-1)

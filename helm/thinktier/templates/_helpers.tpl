@@ -89,6 +89,10 @@ fails here with the command that fixes it, before any object is rendered.
   value: /tmp/.triton
 - name: RAY_USAGE_STATS_ENABLED
   value: "0"
+{{- range $name, $value := .Values.rayEnv }}
+- name: {{ $name }}
+  value: {{ $value | quote }}
+{{- end }}
 {{- with .Values.extraEnv }}
 {{ toYaml . }}
 {{- end }}
