@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+from cli.bench_frontdoor import add_frontdoor
+from cli.bench_fullstack import add_fullstack
 from loadtest import gpu_bench
 from loadtest.workload import Mix
 from policies.loader import DEFAULT_POLICY
@@ -188,3 +190,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     scaling.add_argument("--out", default="loadtest/results/autoscaling", help="output folder")
     scaling.set_defaults(func=_autoscaling)
     _register_gpu(commands)
+    add_frontdoor(commands)
+    add_fullstack(commands)

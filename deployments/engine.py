@@ -70,6 +70,7 @@ def engine_kwargs(tier: Tier, model_path: str) -> dict[str, Any]:
         "enforce_eager": engine.enforce_eager,
         "tensor_parallel_size": engine.tensor_parallel_size,
         "gpu_memory_utilization": engine.gpu_memory_utilization,
+        "load_format": engine.load_format,
         "disable_log_stats": False,
     }
     if engine.kv_cache_memory_gib is not None:

@@ -65,6 +65,11 @@ class EngineArgs(StrictModel):
         "priority", description="'priority' lets the router's difficulty reach vLLM's scheduler (hard requests preempted first)."
     )
     kv_offloading: KVOffloading = Field(default_factory=KVOffloading)
+    load_format: Literal["auto", "dummy"] = Field(
+        "auto",
+        description="'dummy' gives random weights of the model's geometry: real speed and memory figures for benchmarks "
+        "without weight files (the model folder needs only its config and tokenizer).",
+    )
     enforce_eager: bool = Field(False, description="Skip torch.compile and CUDA graphs: faster start, slower decode.")
     tensor_parallel_size: int = Field(1, ge=1, description="GPUs per replica.")
     cpu_threads: str | None = Field(

@@ -1,0 +1,95 @@
+"""`thinktier bench fullstack`: the whole stack (Serve's proxy, Ingress, tiers, vLLM) on a GPU machine, measured at
+the front door, policy after policy (loadtest/fullstack.py)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from loadtest import fullstack
+from loadtest.workload import Mix
+from policies.loader import PolicyError, load_policy
+
+DEFAULT_MIX = "easy=0.5,medium=0.3,hard=0.1,chat=0.1"
+
+
+def _config(text: str) -> tuple[str, Path]:
+    name, sep, policy = text.partition("=")
+    if not sep or not name or not policy:
+        raise argparse.ArgumentTypeError(f"--config {text!r}: expected NAME=POLICY, e.g. tiered=policies/gpu.yaml")
+    return name, Path(policy).resolve()
+
+
+def _mix(text: str) -> str:
+    try:
+        Mix.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def _check_policies(configs: list[tuple[str, Path]], slo_policy: Path) -> str | None:
+    """Why the run cannot start (a repeated name, an invalid policy), before anything starts; None if it can."""
+    names = [name for name, _ in configs]
+    if len(set(names)) != len(names):
+        return f"config names must be unique; got {names}"
+    for path in sorted({slo_policy, *(p for _, p in configs)}):
+        try:
+            load_policy(path)
+        except (PolicyError, OSError) as exc:
+            return f"{path}: {exc}"
+    return None
+
+
+def _fullstack(args: argparse.Namespace) -> int:
+    if args.summarize is not None:
+        print(fullstack.write_summary(args.summarize), end="")
+        return 0
+    if not args.config or args.out is None:
+        print("bench fullstack: --config and --out are needed (or --summarize DIR)", file=sys.stderr)
+        return 2
+    slo_policy = (args.slo_policy or args.config[0][1]).resolve()
+    problem = _check_policies(args.config, slo_policy)
+    if problem is not None:
+        print(f"bench fullstack: {problem}", file=sys.stderr)
+        return 2
+    load = fullstack.LoadArgs(slo_policy, args.rate, args.shape, args.duration, args.seed, args.mix, args.request_timeout)
+    settings = fullstack.Settings(args.out, load, args.port, args.ready_timeout, args.sample_every, args.deadline)
+    runs = fullstack.run(args.config, settings)
+    print((args.out / "fullstack.md").read_text() if runs else "no policy was run", flush=True)
+    return 0 if len(runs) == len(args.config) and not any(r.error for r in runs) else 1
+
+
+def add_fullstack(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser(
+        "fullstack",
+        help="the whole stack on a GPU machine, policy after policy: start-up, idle reply latency, seeded load, "
+        "CPU per process class",
+        description="For each --config in order: start `thinktier up`, wait for /readyz, warm up, time three "
+        "256-token replies on idle engines, run `thinktier loadtest run` while sampling per-process CPU (Ingress, "
+        "Serve proxy, tier replicas, engine cores), /metrics and nvidia-smi, stop it and wait for empty GPUs. "
+        "Writes NAME-report.{json,md}, NAME-fullstack.json and fullstack.md under --out.",
+    )
+    p.add_argument("--config", action="append", type=_config, default=[], metavar="NAME=POLICY",
+                   help="a policy to serve and measure, under a name; repeatable, run in order")
+    p.add_argument("--slo-policy", type=Path, default=None,
+                   help="policy whose slos judge every config (default: the first config's policy)")
+    p.add_argument("--rate", type=float, default=4.0, help="mean arrival rate, requests/s (default 4)")
+    p.add_argument("--shape", type=float, default=0.5, help="Gamma shape of inter-arrival times (default 0.5)")
+    p.add_argument("--duration", type=float, default=90.0, help="seconds of arrivals (default 90)")
+    p.add_argument("--seed", type=int, default=1, help="workload seed (default 1)")
+    p.add_argument("--mix", type=_mix, default=DEFAULT_MIX, help=f"request classes (default {DEFAULT_MIX})")
+    p.add_argument("--request-timeout", type=float, default=180.0,
+                   help="seconds after which a request counts as an error (default 180)")
+    p.add_argument("--port", type=int, default=8000, help="HTTP port of thinktier (default 8000)")
+    p.add_argument("--ready-timeout", type=float, default=300.0,
+                   help="seconds to wait for /readyz, passed to `thinktier up --timeout` (default 300)")
+    p.add_argument("--sample-every", type=float, default=2.0, help="seconds between CPU and /metrics samples (default 2)")
+    p.add_argument("--deadline", type=float, default=570.0,
+                   help="seconds from the start by which all must be done; a config is skipped when fewer than "
+                   f"{fullstack.MIN_CONFIG_S:.0f} + --duration s are left (start-up, arrivals, drain, stop) (default 570)")
+    p.add_argument("--out", type=Path, default=None, help="output folder")
+    p.add_argument("--summarize", type=Path, default=None, metavar="DIR",
+                   help="only rebuild DIR/fullstack.md from the NAME-fullstack.json and NAME-report.json there")
+    p.set_defaults(func=_fullstack)

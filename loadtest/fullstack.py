@@ -1,0 +1,860 @@
+"""The whole stack on the GPU machine, measured at the front door, one policy after another.
+
+For each policy: `thinktier up` as a subprocess; a warm-up; an idle probe (the issue's aim: a 256-token chat
+reply on an idle GPU in under 3 s); the seeded `thinktier loadtest run` while per-process CPU, thinktier's
+/metrics and GPU utilization are sampled; then a stop that leaves the GPUs empty for the next policy.
+
+Why per-process CPU: in the 2026-11-30 pilot the HTTP path stalled at 4 req/s while the engines idled, with the
+Ingress replica at 190-270% CPU and Serve's ProxyActor at 100-115% (one event loop). A run measures the policy
+only when those processes are not the limit, so every run reports them by class: Ingress, proxy, tier replicas,
+engine cores, the load generator and the rest.
+
+Runs from the repository root with the stdlib, httpx and what `thinktier loadtest` needs. Files in the output
+folder, five per policy and one in all, since the GPU machine returns at most 8 files a call: NAME-up.log,
+NAME-report.{json,md}, NAME-requests.jsonl, NAME-fullstack.json, and fullstack.md, which `summarize` rebuilds
+from the saved JSON anywhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+from pydantic import BaseModel
+
+from loadtest.client import RequestOptions, RequestResult, send
+from loadtest.report import Percentiles, Report
+from loadtest.workload import REQUEST_CLASSES, Prompt, WorkItem
+from policies.loader import load_policy
+from policies.schema import Policy
+
+AUTO_MODEL = "thinktier"
+"""The model name thinktier routes by difficulty (deployments.ingress.AUTO_MODELS)."""
+STARTUP_S = 150.0
+"""`thinktier up` to /readyz on the GPU machine: ~150 s for the engines (173 s in the pilot)."""
+STOP_RESERVE_S = 60.0
+"""Time kept for stopping thinktier when the load test's time limit is set."""
+MIN_CONFIG_S = STARTUP_S + 30 + STOP_RESERVE_S
+"""Time a policy needs before the deadline besides its arrival window: start-up, a short drain, the stop."""
+IDLE_ANSWER_TOKENS = 256
+IDLE_AIM_S = 3.0
+IDLE_PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
+UP_ERROR_MARKS = ("thinktier up:", "Traceback", "Error")
+"""Lines of the up log worth printing besides its progress lines, which start with '[elapsed]'."""
+RAY_LOGS = Path("/tmp/ray/session_latest/logs")
+RAY_ERROR_MARKS = ("Error", "Traceback", "CUDA out of memory", "Exception", "Failed to")
+RAY_LOG_SUFFIXES = (".log", ".err", ".out")
+"""Ray's log files; its debug_state*.txt count failures by the dozen, mostly zero."""
+ENGINE_LOG_MARKS = ("GPU KV cache size", "Maximum concurrency")
+ENGINE_SERIES = ("thinktier_kv_cache_occupancy_ratio", "thinktier_requests_running", "thinktier_requests_waiting")
+FINAL_SERIES = (*ENGINE_SERIES, "thinktier_preemptions_total", "thinktier_degraded_requests_total")
+LABEL_ORDER = ("tier", "replica")
+"""Labels that lead a series key (other labels follow by name): 'tier/replica'."""
+CPU_CLASSES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("ingress", re.compile(r"ServeReplica:[^:\s]*:Ingress\b")),
+    ("proxy", re.compile(r"ProxyActor")),
+    ("tier", re.compile(r"ServeReplica:[^:\s]*:tier-")),
+    ("engine", re.compile(r"EngineCore")),
+    ("loadgen", re.compile(r"\bloadtest run\b")),
+)
+"""Process classes by title, first match wins. Ray and vLLM set process titles such as
+`ray::ServeReplica:thinktier:Ingress.handle_request_with_rejection`, `ray::ProxyActor` and `VLLM::EngineCore`."""
+OTHER = "other"
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+PRINT_EVERY_S = 10.0
+
+
+# ---- models of what is saved --------------------------------------------------------------------
+
+
+class ClassCPU(BaseModel):
+    """One process class in one sample interval; 100 = one core."""
+
+    percent: float
+    """All the class's processes together."""
+    busiest: float
+    """Its busiest single process (a saturated event loop shows as ~100 here)."""
+    processes: int
+
+
+class TopProcess(BaseModel):
+    pid: int
+    cpu_class: str
+    title: str
+    percent: float
+
+
+class GpuStat(BaseModel):
+    index: int
+    util_percent: float
+    memory_mib: float
+
+
+class Sample(BaseModel):
+    """One sampling interval, ending `t_s` seconds after the load test started."""
+
+    t_s: float
+    dt_s: float
+    cpu: dict[str, ClassCPU]
+    top: list[TopProcess]
+    """Processes at 5% or more, busiest first."""
+    engine: dict[str, dict[str, float]]
+    """thinktier's engine series (prefix dropped) by 'tier/replica'."""
+    gpu: list[GpuStat]
+    metrics_error: str | None = None
+
+
+class CpuStat(BaseModel):
+    """A class's CPU % over a window: time-weighted mean and max of the class total, max of its busiest process."""
+
+    mean: float | None
+    max: float | None
+    busiest_max: float | None
+
+
+class ProbeReply(BaseModel):
+    status: int | None
+    error: str | None
+    tier: str | None
+    ttft_s: float | None
+    ttfvt_s: float | None
+    e2e_s: float | None
+    completion_tokens: int | None
+
+
+class IdleProbe(BaseModel):
+    """Sequential streamed replies of IDLE_ANSWER_TOKENS tokens, no thinking, on idle engines."""
+
+    model: str
+    replies: list[ProbeReply]
+    ttft_median_s: float | None
+    e2e_median_s: float | None
+    tokens_median: float | None
+
+
+class Failures(BaseModel):
+    """Requests of a load test by outcome, from its requests.jsonl (errors and shed as in its report)."""
+
+    requests: int
+    errors: int
+    """Failed for any reason but a 429."""
+    shed: int
+    no_response: int
+    """No response headers, or a request cut by --request-timeout (the runner drops a cut request's partial stream)."""
+    timeouts: int
+    """Cut by --request-timeout."""
+
+
+class ConfigRun(BaseModel):
+    """Everything measured for one policy; saved as NAME-fullstack.json."""
+
+    name: str
+    policy: str
+    started_unix: float
+    up_s: float | None = None
+    error: str | None = None
+    warm_up: dict[str, int] = {}
+    """'status tier' of the warm-up replies, counted."""
+    gpu_after_up: list[GpuStat] = []
+    engine_log_lines: list[str] = []
+    idle: IdleProbe | None = None
+    load_command: list[str] = []
+    load_rc: int | None = None
+    load_log_tail: list[str] = []
+    load_wall_s: float | None = None
+    load_window_s: tuple[float, float] | None = None
+    """The arrival window within the timeline: from the first sample that saw engine work, `duration` long."""
+    cpu_load: dict[str, CpuStat] = {}
+    cpu_run: dict[str, CpuStat] = {}
+    """Over the whole load test process: arrivals, the drain of the last requests, its own start and report."""
+    failures: Failures | None = None
+    final_metrics: dict[str, dict[str, float]] = {}
+    stop_s: float | None = None
+    timeline: list[Sample] = []
+
+
+# ---- settings and clock -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LoadArgs:
+    """The `thinktier loadtest run` arguments every policy gets."""
+
+    slo_policy: Path
+    rate: float
+    shape: float
+    duration_s: float
+    seed: int
+    mix: str
+    request_timeout_s: float
+
+
+@dataclass(frozen=True)
+class Settings:
+    out: Path
+    load: LoadArgs
+    port: int = 8000
+    ready_timeout_s: float = 300.0
+    sample_every_s: float = 2.0
+    deadline_s: float = 570.0
+    """Seconds from the start by which everything must be done."""
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+class Clock:
+    """Time since the driver started, the time left before its deadline, and timestamped log lines."""
+
+    def __init__(self, deadline_s: float) -> None:
+        self.t0 = time.monotonic()
+        self.deadline_s = deadline_s
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.t0
+
+    def left(self) -> float:
+        return self.deadline_s - self.elapsed()
+
+    def budget(self, wanted_s: float, reserve_s: float) -> float:
+        """`wanted_s`, or less so that `reserve_s` remain before the deadline (never below 1 s)."""
+        return max(1.0, min(wanted_s, self.left() - reserve_s))
+
+    def log(self, message: str) -> None:
+        print(f"[{self.elapsed():6.1f}s] {message}", flush=True)
+
+
+# ---- per-process CPU from /proc -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProcCPU:
+    """A process's CPU time so far (user + system, all its threads)."""
+
+    pid: int
+    cpu_s: float
+    title: str
+
+
+ProcKey = tuple[int, int]
+"""(pid, start time in clock ticks): a reused pid is another process."""
+
+
+def parse_stat(stat: str, hz: float) -> tuple[str, int, float]:
+    """(comm, start time in ticks, utime + stime in seconds) from a /proc/PID/stat line.
+    comm may hold spaces and parentheses, so the fields are counted from its closing parenthesis."""
+    comm = stat[stat.find("(") + 1 : stat.rfind(")")]
+    fields = stat[stat.rfind(")") + 2 :].split()
+    # fields[0] is field 3 (state): utime, stime and starttime are fields 14, 15 and 22
+    return comm, int(fields[19]), (int(fields[11]) + int(fields[12])) / hz
+
+
+def process_title(cmdline: bytes, comm: str) -> str:
+    """The command line as `ps` shows it (Ray and vLLM rewrite it to a title); comm for kernel threads."""
+    return cmdline.replace(b"\0", b" ").decode(errors="replace").strip() or comm
+
+
+def read_processes(proc: Path = Path("/proc"), hz: float = CLOCK_TICKS) -> dict[ProcKey, ProcCPU]:
+    out: dict[ProcKey, ProcCPU] = {}
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            comm, start, cpu_s = parse_stat((entry / "stat").read_text(), hz)
+            title = process_title((entry / "cmdline").read_bytes(), comm)
+        except (OSError, ValueError, IndexError):  # gone meanwhile, or not readable
+            continue
+        out[(int(entry.name), start)] = ProcCPU(int(entry.name), cpu_s, title)
+    return out
+
+
+def classify(title: str) -> str:
+    return next((name for name, pattern in CPU_CLASSES if pattern.search(title)), OTHER)
+
+
+def process_loads(before: dict[ProcKey, ProcCPU], after: dict[ProcKey, ProcCPU], dt_s: float) -> list[TopProcess]:
+    """CPU % of every process alive at both readings, over the `dt_s` seconds between them, busiest first.
+    A title read later wins: a Ray worker takes its actor's title after it starts."""
+    loads = [
+        TopProcess(
+            pid=p.pid, cpu_class=classify(p.title), title=p.title[:120], percent=(p.cpu_s - before[key].cpu_s) / dt_s * 100
+        )
+        for key, p in after.items()
+        if key in before
+    ]
+    return sorted(loads, key=lambda p: -p.percent)
+
+
+def by_class(loads: Sequence[TopProcess]) -> dict[str, ClassCPU]:
+    classes: dict[str, list[float]] = {}
+    for p in loads:
+        classes.setdefault(p.cpu_class, []).append(p.percent)
+    return {c: ClassCPU(percent=sum(v), busiest=max(v), processes=len(v)) for c, v in sorted(classes.items())}
+
+
+def in_window(sample: Sample, window: tuple[float, float] | None) -> bool:
+    """Whether the middle of the sample's interval lies in the window (all samples when None)."""
+    return window is None or window[0] <= sample.t_s - sample.dt_s / 2 <= window[1]
+
+
+def cpu_stats(samples: Sequence[Sample], window: tuple[float, float] | None = None) -> dict[str, CpuStat]:
+    """Per class over the samples in the window; a class missing from a sample counts as 0% there."""
+    chosen = [s for s in samples if in_window(s, window)]
+    seconds = sum(s.dt_s for s in chosen)
+    zero = ClassCPU(percent=0.0, busiest=0.0, processes=0)
+    stats = {}
+    for c in sorted({c for s in chosen for c in s.cpu}):
+        values = [(s.cpu.get(c, zero), s.dt_s) for s in chosen]
+        stats[c] = CpuStat(
+            mean=sum(v.percent * dt for v, dt in values) / seconds if seconds > 0 else None,
+            max=max(v.percent for v, _ in values),
+            busiest_max=max(v.busiest for v, _ in values),
+        )
+    return stats
+
+
+def load_window(samples: Sequence[Sample], duration_s: float) -> tuple[float, float]:
+    """The arrival window within the timeline. The load test process spends its first seconds importing and
+    loading prompts, so the window starts at the interval in which the engines first had work (the warm-up and
+    the idle probe are over by then); at 0 when no sample saw any."""
+    busy = (
+        s for s in samples
+        if any(v > 0 for k in ("requests_running", "requests_waiting") for v in s.engine.get(k, {}).values())
+    )
+    first = next(busy, None)
+    start = max(0.0, first.t_s - first.dt_s) if first else 0.0
+    return start, start + duration_s
+
+
+# ---- /metrics, nvidia-smi, Ray logs -------------------------------------------------------------
+
+
+def series_key(labels: dict[str, str]) -> str:
+    names = sorted(labels, key=lambda n: (LABEL_ORDER.index(n) if n in LABEL_ORDER else len(LABEL_ORDER), n))
+    return "/".join(labels[n] for n in names)
+
+
+def parse_series(text: str, names: Iterable[str]) -> dict[str, dict[str, float]]:
+    """{series without 'thinktier_': {label values joined by '/' (e.g. 'tier/replica'): value}} from a /metrics page."""
+    wanted = set(names)
+    out: dict[str, dict[str, float]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name in wanted:
+                out.setdefault(sample.name.removeprefix("thinktier_"), {})[series_key(sample.labels)] = sample.value
+    return out
+
+
+def fetch_series(url: str, names: Iterable[str], timeout_s: float) -> dict[str, dict[str, float]]:
+    response = httpx.get(f"{url}/metrics", timeout=timeout_s)
+    response.raise_for_status()
+    return parse_series(response.text, names)
+
+
+def nvidia_smi(query: str, *fields: str) -> list[list[str]]:
+    """CSV rows of an nvidia-smi query (e.g. 'query-gpu'); none where nvidia-smi is missing or fails."""
+    if shutil.which("nvidia-smi") is None:
+        return []
+    args = ["nvidia-smi", f"--{query}={','.join(fields)}", "--format=csv,noheader,nounits"]
+    try:
+        done = subprocess.run(args, capture_output=True, text=True, timeout=15)
+    except subprocess.TimeoutExpired:
+        return []
+    return [[cell.strip() for cell in line.split(",")] for line in done.stdout.splitlines() if line.strip()]
+
+
+def gpu_stats() -> list[GpuStat]:
+    rows = nvidia_smi("query-gpu", "index", "utilization.gpu", "memory.used")
+    stats = []
+    for row in rows:
+        try:
+            stats.append(GpuStat(index=int(row[0]), util_percent=float(row[1]), memory_mib=float(row[2])))
+        except (ValueError, IndexError):  # '[N/A]'
+            continue
+    return stats
+
+
+def gpu_pids() -> list[int]:
+    return [int(row[0]) for row in nvidia_smi("query-compute-apps", "pid") if row and row[0].isdigit()]
+
+
+def ray_log_lines(marks: Sequence[str], limit: int, since_unix: float, root: Path = RAY_LOGS) -> list[str]:
+    """The last `limit` lines that contain one of `marks` in the Ray session's logs written since `since_unix`
+    (older ones belong to an earlier policy's session), each with its file name."""
+    hits: list[str] = []
+    for path in sorted(root.rglob("*")) if root.exists() else []:
+        try:
+            if path.suffix not in RAY_LOG_SUFFIXES or path.stat().st_mtime < since_unix or path.stat().st_size > 50_000_000:
+                continue
+            with path.open(errors="replace") as lines:
+                hits += [f"{path.name}: {line.rstrip()[:260]}" for line in lines if any(m in line for m in marks)]
+        except OSError:
+            continue
+    return hits[-limit:]
+
+
+# ---- the sampler --------------------------------------------------------------------------------
+
+
+def sample_line(sample: Sample) -> str:
+    cpu = " ".join(f"{c} {v.percent:.0f}%" + (f" ({v.processes})" if v.processes > 1 else "") for c, v in sample.cpu.items())
+    engine = " ".join(
+        f"{series.removeprefix('requests_')} {{{', '.join(f'{k}: {v:.2g}' for k, v in values.items())}}}"
+        for series, values in sample.engine.items()
+    )
+    gpu = " ".join(f"gpu{g.index} {g.util_percent:.0f}%" for g in sample.gpu)
+    return f"t={sample.t_s:5.1f}s cpu {cpu} | {engine or sample.metrics_error or '-'} | {gpu or 'no nvidia-smi'}"
+
+
+class Sampler(threading.Thread):
+    """Every `every_s` seconds: CPU per process since the last reading, thinktier's engine series, GPU utilization."""
+
+    def __init__(self, url: str, every_s: float, clock: Clock) -> None:
+        super().__init__(daemon=True)
+        self.url = url
+        self.every_s = every_s
+        self.clock = clock
+        self.samples: list[Sample] = []
+        self._done = threading.Event()
+
+    def run(self) -> None:
+        t0 = previous_t = time.monotonic()
+        previous = read_processes()
+        printed = -PRINT_EVERY_S
+        while not self._done.wait(self.every_s):
+            now = time.monotonic()
+            current = read_processes()
+            loads = process_loads(previous, current, now - previous_t)
+            sample = Sample(
+                t_s=round(now - t0, 2), dt_s=round(now - previous_t, 3), cpu=by_class(loads),
+                top=[p for p in loads if p.percent >= 5], engine={}, gpu=gpu_stats(),
+            )
+            try:
+                sample.engine = fetch_series(self.url, ENGINE_SERIES, timeout_s=min(self.every_s, 3.0))
+            except (httpx.HTTPError, ValueError) as exc:
+                sample.metrics_error = f"{type(exc).__name__}: {exc}"[:200]
+            self.samples.append(sample)
+            if sample.t_s - printed >= PRINT_EVERY_S:
+                self.clock.log("  " + sample_line(sample))
+                printed = sample.t_s
+            previous, previous_t = current, now
+
+    def finish(self) -> list[Sample]:
+        self._done.set()
+        self.join(30)
+        return self.samples
+
+
+# ---- thinktier up -------------------------------------------------------------------------------
+
+
+class UpProcess:
+    """`thinktier up` in its own process group (so that a stop reaches what it started), output to a log file."""
+
+    def __init__(self, policy: Path, port: int, timeout_s: float, log_path: Path) -> None:
+        self.log_path = log_path
+        self._seen = 0
+        command = [sys.executable, "-u", "-m", "cli.main", "up", "--policy", str(policy), "--port", str(port),
+                   "--timeout", str(timeout_s)]
+        with log_path.open("w") as log:
+            self.process = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+            )
+
+    def log_lines(self) -> list[str]:
+        return self.log_path.read_text(errors="replace").splitlines()
+
+    def new_lines(self) -> list[str]:
+        lines = self.log_lines()
+        new, self._seen = lines[self._seen :], len(lines)
+        return new
+
+    def wait_ready(self, url: str, timeout_s: float) -> str | None:
+        """None once GET /readyz answers 200; otherwise why not. New progress and error lines are printed."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for line in self.new_lines():
+                if line.startswith("[") or any(m in line for m in UP_ERROR_MARKS):
+                    print("    up| " + line[:240], flush=True)
+            if self.process.poll() is not None:
+                return f"thinktier up exited with {self.process.returncode}"
+            try:
+                if httpx.get(f"{url}/readyz", timeout=5).status_code == 200:
+                    return None
+            except httpx.HTTPError:
+                pass
+            time.sleep(2)
+        return f"not ready after {timeout_s:.0f} s"
+
+    def stop(self, wait_s: float, clock: Clock) -> None:
+        """SIGINT to the group (`up` stops Serve and Ray), then SIGKILL to whatever of the group is left."""
+        try:
+            if self.process.poll() is None:
+                os.killpg(self.process.pid, signal.SIGINT)
+                self.process.wait(wait_s)
+        except subprocess.TimeoutExpired:
+            clock.log(f"  thinktier up did not stop in {wait_s:.0f} s; SIGKILL")
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(10)
+
+
+def wait_gpus_empty(timeout_s: float, clock: Clock) -> None:
+    """Wait until no process holds a GPU, then SIGKILL those left: on the lent machine they are all ours."""
+    deadline = time.monotonic() + timeout_s
+    while (pids := gpu_pids()) and time.monotonic() < deadline:
+        time.sleep(2)
+    for pid in pids:
+        clock.log(f"  GPU process {pid} left after the stop; SIGKILL")
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError as exc:
+            clock.log(f"  kill {pid}: {exc}")
+    if pids:
+        time.sleep(3)
+
+
+# ---- requests -----------------------------------------------------------------------------------
+
+
+def _item(index: int, text: str) -> WorkItem:
+    return WorkItem(index, Prompt(f"fullstack-{index}", text, "chat", "fullstack"))
+
+
+async def _send_all(
+    url: str, bodies: Sequence[tuple[RequestOptions, str]], sequential: bool, timeout_s: float
+) -> list[RequestResult]:
+    completions = f"{url}/v1/chat/completions"
+    async with httpx.AsyncClient(timeout=timeout_s) as client:
+        t0 = time.perf_counter()
+        calls = [send(client, completions, _item(i, text), options, t0) for i, (options, text) in enumerate(bodies)]
+        if sequential:
+            return [await call for call in calls]
+        return list(await asyncio.gather(*calls))
+
+
+def chat_model(policy: Policy) -> str | None:
+    chat = policy.routing.chat_tier
+    return policy.served_name(chat) if chat is not None else None
+
+
+def warm_up(url: str, policy: Policy) -> dict[str, int]:
+    """Eight tiny auto-routed requests at once (two more to the chat tier when there is one), so that no replica's
+    first-request cost lands in the measurement. Returns the replies' 'status tier', counted."""
+    auto = RequestOptions(model=AUTO_MODEL, max_tokens=8, reasoning_effort="low", max_thinking_tokens=16)
+    bodies = [(auto, f"Warm-up {i}: what is {i} + {i}?") for i in range(8)]
+    if (chat := chat_model(policy)) is not None:
+        bodies += [(RequestOptions(model=chat, max_tokens=8), "Hi")] * 2
+    results = asyncio.run(_send_all(url, bodies, sequential=False, timeout_s=60))
+    return dict(Counter(f"{r.status} {r.decision.get('tier', '-')}" for r in results))
+
+
+def idle_options(policy: Policy) -> RequestOptions:
+    """A 256-token answer with no thinking: from the chat tier when the policy has one, else the auto model at low
+    effort with a thinking budget of 0."""
+    if (chat := chat_model(policy)) is not None:
+        return RequestOptions(model=chat, max_tokens=IDLE_ANSWER_TOKENS)
+    return RequestOptions(model=AUTO_MODEL, max_tokens=IDLE_ANSWER_TOKENS, reasoning_effort="low", max_thinking_tokens=0)
+
+
+def _median(values: Iterable[float | int | None]) -> float | None:
+    present = [float(v) for v in values if v is not None]
+    return statistics.median(present) if present else None
+
+
+def idle_summary(model: str, results: Sequence[RequestResult]) -> IdleProbe:
+    replies = [
+        ProbeReply(status=r.status, error=r.error, tier=r.decision.get("tier"), ttft_s=r.ttft_s, ttfvt_s=r.ttfvt_s,
+                   e2e_s=r.e2e_s, completion_tokens=r.completion_tokens)
+        for r in results
+    ]
+    ok = [r for r in replies if r.status == 200 and r.error is None]
+    return IdleProbe(
+        model=model, replies=replies, ttft_median_s=_median(r.ttft_s for r in ok), e2e_median_s=_median(r.e2e_s for r in ok),
+        tokens_median=_median(r.completion_tokens for r in ok),
+    )
+
+
+def idle_probe(url: str, policy: Policy, requests: int = 3) -> IdleProbe:
+    options = idle_options(policy)
+    results = asyncio.run(_send_all(url, [(options, IDLE_PROMPT)] * requests, sequential=True, timeout_s=120))
+    return idle_summary(options.model or AUTO_MODEL, results)
+
+
+# ---- the load test ------------------------------------------------------------------------------
+
+
+def loadtest_command(url: str, load: LoadArgs, out_dir: Path) -> list[str]:
+    return [
+        sys.executable, "-m", "cli.main", "loadtest", "run", "--url", url, "--policy", str(load.slo_policy),
+        "--rate", str(load.rate), "--shape", str(load.shape), "--duration", str(load.duration_s), "--seed", str(load.seed),
+        "--mix", load.mix, "--request-timeout", str(load.request_timeout_s), "--no-progress", "--out", str(out_dir),
+    ]
+
+
+RESULT_FIELDS = frozenset(f.name for f in fields(RequestResult))
+
+
+def failures(rows: Sequence[dict]) -> Failures:
+    """Counted from requests.jsonl rows, read back as the RequestResults they were, so `ok` and `shed` mean what
+    they mean in the report."""
+    results = [RequestResult(**{k: v for k, v in row.items() if k in RESULT_FIELDS}) for row in rows]
+    return Failures(
+        requests=len(results),
+        errors=sum(not r.ok and not r.shed for r in results),
+        shed=sum(r.shed for r in results),
+        no_response=sum(r.status is None for r in results),
+        timeouts=sum("--request-timeout" in (r.error or "") for r in results),
+    )
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def run_load(record: ConfigRun, settings: Settings, clock: Clock) -> None:
+    """The load test as a subprocess while the sampler runs; its report and requests are copied to --out, the end
+    of its output kept in the record."""
+    out, name = settings.out, record.name
+    with tempfile.TemporaryDirectory(prefix=f"thinktier-fullstack-{name}-") as tmp:
+        report_dir, log_path = Path(tmp) / "loadtest", Path(tmp) / "loadtest.log"
+        record.load_command = loadtest_command(settings.url, settings.load, report_dir)
+        natural = settings.load.duration_s + settings.load.request_timeout_s + 60
+        limit = clock.budget(natural, STOP_RESERVE_S)
+        clock.log(f"  load test (cut after {limit:.0f} s): {' '.join(record.load_command[3:])}")
+        sampler = Sampler(settings.url, settings.sample_every_s, clock)
+        sampler.start()
+        started = time.monotonic()
+        with log_path.open("w") as log:
+            try:
+                record.load_rc = subprocess.run(
+                    record.load_command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=limit
+                ).returncode
+            except subprocess.TimeoutExpired:
+                record.error = f"load test cut after {limit:.0f} s (deadline)"
+        if record.load_rc:
+            record.error = f"load test exited with {record.load_rc}"
+        record.load_wall_s = round(time.monotonic() - started, 1)
+        record.timeline = sampler.finish()
+        record.load_log_tail = log_path.read_text(errors="replace").splitlines()[-20:]
+        for src in ("report.json", "report.md", "requests.jsonl"):
+            if (report_dir / src).exists():
+                shutil.copy(report_dir / src, out / f"{name}-{src}")
+    clock.log(f"  load test rc {record.load_rc} after {record.load_wall_s} s; its output ends:")
+    for line in record.load_log_tail[-8:]:
+        print("    lt| " + line[:240], flush=True)
+    record.load_window_s = load_window(record.timeline, settings.load.duration_s)
+    record.cpu_load = cpu_stats(record.timeline, record.load_window_s)
+    record.cpu_run = cpu_stats(record.timeline)
+    if (out / f"{name}-requests.jsonl").exists():
+        record.failures = failures(read_jsonl(out / f"{name}-requests.jsonl"))
+    try:
+        record.final_metrics = fetch_series(settings.url, FINAL_SERIES, timeout_s=10)
+    except (httpx.HTTPError, ValueError) as exc:
+        clock.log(f"  final /metrics failed: {exc}")
+
+
+# ---- one policy, all policies -------------------------------------------------------------------
+
+
+def run_config(name: str, policy_path: Path, settings: Settings, clock: Clock) -> ConfigRun:
+    """Start, measure and stop one policy. Never raises for the stack's trouble: that is recorded in `error`."""
+    out = settings.out
+    record = ConfigRun(name=name, policy=str(policy_path), started_unix=time.time())
+    clock.log(f"===== {name}: {policy_path}")
+    policy = load_policy(policy_path)
+    started = time.monotonic()
+    up = UpProcess(policy_path, settings.port, settings.ready_timeout_s, out / f"{name}-up.log")
+    try:
+        record.error = up.wait_ready(settings.url, clock.budget(settings.ready_timeout_s + 20, STOP_RESERVE_S))
+        record.up_s = round(time.monotonic() - started, 1)
+        if record.error is not None:
+            clock.log(f"  NOT READY ({record.error}) after {record.up_s} s; the up log ends:")
+            for line in up.log_lines()[-30:]:
+                print("    up| " + line[:300], flush=True)
+            for line in ray_log_lines(RAY_ERROR_MARKS, 30, record.started_unix):
+                print("    ray| " + line, flush=True)
+            return record
+        record.gpu_after_up = gpu_stats()
+        record.engine_log_lines = ray_log_lines(ENGINE_LOG_MARKS, 12, record.started_unix)
+        clock.log(f"  /readyz 200 after {record.up_s} s; GPUs {[g.model_dump() for g in record.gpu_after_up]}")
+        for line in record.engine_log_lines:
+            print("    ray| " + line, flush=True)
+        record.warm_up = warm_up(settings.url, policy)
+        clock.log(f"  warm-up: {record.warm_up}")
+        record.idle = idle_probe(settings.url, policy)
+        clock.log(f"  idle probe ({record.idle.model}): " + "; ".join(
+            f"{r.status} ttft {_fmt(r.ttft_s)} s e2e {_fmt(r.e2e_s)} s {r.completion_tokens} tok" for r in record.idle.replies
+        ))
+        run_load(record, settings, clock)
+    except Exception as exc:  # the run goes on to the next policy; the cause is kept
+        record.error = f"{type(exc).__name__}: {exc}"
+        clock.log(f"  {name} failed: {record.error}")
+    finally:
+        clock.log(f"  stopping thinktier ({name})")
+        stopping = time.monotonic()
+        up.stop(clock.budget(90, 20), clock)
+        wait_gpus_empty(clock.budget(60, 5), clock)
+        record.stop_s = round(time.monotonic() - stopping, 1)
+        clock.log(f"  stopped in {record.stop_s} s; GPUs {[g.model_dump() for g in gpu_stats()]}")
+        (out / f"{name}-fullstack.json").write_text(record.model_dump_json(indent=1))
+    return record
+
+
+def min_left_s(load: LoadArgs) -> float:
+    """Time a policy needs before the deadline to end with a report; one started with less only spends device time."""
+    return MIN_CONFIG_S + load.duration_s
+
+
+def run(configs: Sequence[tuple[str, Path]], settings: Settings) -> list[ConfigRun]:
+    """Every policy in order, each skipped when less than `min_left_s` remain; fullstack.md and a SUMMARY line after
+    each."""
+    clock = Clock(settings.deadline_s)
+    settings.out.mkdir(parents=True, exist_ok=True)
+    needed = min_left_s(settings.load)
+    runs = []
+    for name, policy in configs:
+        if clock.left() < needed:
+            clock.log(f"SKIP {name}: {clock.left():.0f} s left before the deadline, {needed:.0f} s needed")
+            continue
+        record = run_config(name, policy, settings, clock)
+        runs.append(record)
+        write_summary(settings.out)
+        print(summary_line(summary_row(record, saved_report(settings.out, name))), flush=True)
+    clock.log("done")
+    return runs
+
+
+# ---- summary ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SummaryRow:
+    """One policy's line in fullstack.md."""
+
+    name: str
+    error: str | None
+    requests: int | None
+    ok: int | None
+    errors: int | None
+    no_response: int | None
+    ttfvt: dict[str, Percentiles]
+    goodput_rps: float | None
+    output_tps: float | None
+    ingress: CpuStat | None
+    proxy: CpuStat | None
+    idle_e2e_s: float | None
+    kv_peak: dict[str, float | None]
+
+
+def summary_row(record: ConfigRun, report: Report | None) -> SummaryRow:
+    load = report.runs[0] if report is not None and report.runs else None
+    return SummaryRow(
+        name=record.name,
+        error=record.error,
+        requests=load.overall.requests if load else None,
+        ok=load.overall.ok if load else None,
+        errors=load.overall.errors if load else None,
+        no_response=record.failures.no_response if record.failures else None,
+        ttfvt={c: s.ttfvt_s for c, s in load.classes.items()} if load else {},
+        goodput_rps=load.goodput_rps if load else None,
+        output_tps=load.tps if load else None,
+        ingress=record.cpu_load.get("ingress"),
+        proxy=record.cpu_load.get("proxy"),
+        idle_e2e_s=record.idle.e2e_median_s if record.idle else None,
+        kv_peak={t.tier: t.kv_occupancy_max for t in load.tiers} if load else {},
+    )
+
+
+def _fmt(value: float | int | None, digits: int = 2) -> str:
+    if value is None:
+        return "-"
+    return str(value) if isinstance(value, int) else f"{value:.{digits}f}"
+
+
+def _ttfvt(row: SummaryRow, request_class: str) -> str:
+    p = row.ttfvt.get(request_class)
+    return f"{_fmt(p.p50, 1)} / {_fmt(p.p99, 1)}" if p is not None else "-"
+
+
+def _cpu(stat: CpuStat | None) -> str:
+    return f"{_fmt(stat.mean, 0)} / {_fmt(stat.max, 0)}" if stat is not None else "-"
+
+
+def _kv(row: SummaryRow) -> str:
+    return ", ".join(f"{tier} {_fmt(peak)}" for tier, peak in row.kv_peak.items()) or "-"
+
+
+def summary_line(row: SummaryRow) -> str:
+    if row.requests is None:
+        return f"SUMMARY {row.name}: no load report ({row.error or 'unknown'})"
+    ttfvt = " ".join(f"{c} {_ttfvt(row, c)}" for c in REQUEST_CLASSES if c in row.ttfvt)
+    return (
+        f"SUMMARY {row.name}: requests {row.requests} ok {row.ok} errors {row.errors} (no response {_fmt(row.no_response)}) | "
+        f"TTFVT p50/p99 s {ttfvt} | goodput {_fmt(row.goodput_rps)} req/s | output {_fmt(row.output_tps, 0)} tok/s | "
+        f"CPU % mean/max Ingress {_cpu(row.ingress)} proxy {_cpu(row.proxy)} | idle {IDLE_ANSWER_TOKENS}-token reply E2E "
+        f"{_fmt(row.idle_e2e_s)} s | KV peak {_kv(row)}" + (f" | error: {row.error}" if row.error else "")
+    )
+
+
+def markdown(rows: Sequence[SummaryRow]) -> str:
+    head = ["config", "requests", "ok", "errors (no response)"]
+    head += [f"{c} TTFVT p50 / p99 s" for c in REQUEST_CLASSES]
+    head += ["goodput req/s", "output tok/s", "Ingress CPU % mean / max", "proxy CPU % mean / max",
+             f"idle {IDLE_ANSWER_TOKENS}-token reply E2E median s (aim < {IDLE_AIM_S:g})", "KV peak per tier"]
+    lines = ["# Full stack at the front door", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in rows:
+        cells = [row.name, _fmt(row.requests), _fmt(row.ok), f"{_fmt(row.errors)} ({_fmt(row.no_response)})"]
+        cells += [_ttfvt(row, c) for c in REQUEST_CLASSES]
+        cells += [_fmt(row.goodput_rps), _fmt(row.output_tps, 0), _cpu(row.ingress), _cpu(row.proxy), _fmt(row.idle_e2e_s),
+                  _kv(row)]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "CPU: 100 = one core, all of a class's processes together, time-weighted mean and max of ~2 s samples over the "
+        "arrival window (NAME-fullstack.json: also the whole load test, the busiest single process, and every class). "
+        "Errors: every failed request but 429s; no response: none within --request-timeout, or no headers. "
+        "TTFVT over successful requests; details in NAME-report.md.",
+    ]
+    errors = [f"- {row.name}: {row.error}" for row in rows if row.error]
+    if errors:
+        lines += ["", "Errors:", *errors]
+    return "\n".join(lines) + "\n"
+
+
+def saved_report(out_dir: Path, name: str) -> Report | None:
+    path = out_dir / f"{name}-report.json"
+    return Report.model_validate_json(path.read_text()) if path.exists() else None
+
+
+def load_rows(out_dir: Path) -> list[SummaryRow]:
+    """The summary rows of every NAME-fullstack.json in `out_dir`, in the order the policies started."""
+    runs = sorted(
+        (ConfigRun.model_validate_json(p.read_text()) for p in out_dir.glob("*-fullstack.json")), key=lambda r: r.started_unix
+    )
+    return [summary_row(r, saved_report(out_dir, r.name)) for r in runs]
+
+
+def write_summary(out_dir: Path) -> str:
+    """Rebuild fullstack.md from the saved JSON in `out_dir`; returns its text."""
+    text = markdown(load_rows(out_dir))
+    (out_dir / "fullstack.md").write_text(text)
+    return text
