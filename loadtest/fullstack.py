@@ -69,7 +69,7 @@ LABEL_ORDER = ("tier", "replica")
 """Labels that lead a series key (other labels follow by name): 'tier/replica'."""
 CPU_CLASSES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("ingress", re.compile(r"ServeReplica:[^:\s]*:Ingress\b")),
-    ("proxy", re.compile(r"ProxyActor")),
+    ("proxy", re.compile(r"ProxyActor|/haproxy\b")),
     ("tier", re.compile(r"ServeReplica:[^:\s]*:tier-")),
     ("engine", re.compile(r"EngineCore")),
     ("loadgen", re.compile(r"\bloadtest run\b")),
