@@ -32,6 +32,7 @@ def _frontdoor(args: argparse.Namespace) -> int:
         client_procs=args.client_procs,
         port=args.port,
         policy=Path(args.policy),
+        http_proxy=args.http_proxy,
         out=Path(args.out),
     )
     report = run(settings, " ".join(["thinktier", *sys.argv[1:]]))
@@ -76,6 +77,9 @@ def add_frontdoor(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--ingress-replicas", type=int, default=DEFAULTS.ingress_replicas,
                    help=f"Ingress replicas of one more variant, at the largest interval (default "
                    f"{DEFAULTS.ingress_replicas}; 1 adds none)")
+    p.add_argument("--http-proxy", choices=("serve", "haproxy"), default=DEFAULTS.http_proxy,
+                   help="the policy's server.http_proxy for the whole run: Serve's proxy actor, or Ray Serve's HAProxy "
+                   f"mode in front of Ingress replicas that serve HTTP themselves (default {DEFAULTS.http_proxy})")
     p.add_argument("--tier-replicas", type=int, default=DEFAULTS.tier_replicas,
                    help=f"synthetic reasoning-tier replicas (default {DEFAULTS.tier_replicas}); raise it when the report's "
                    "tier CPU nears 100%% per replica, so that making tokens is not what limits thinktier")

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 import psutil
@@ -29,7 +29,7 @@ from ray.serve import Application
 
 from cluster.app import STALE_AFTER_INTERVALS
 from cluster.local import RAY_ENV, _check_port_free
-from cluster.serve_config import INGRESS, LOAD_BOARD, deployment_options, tier_deployment_name
+from cluster.serve_config import INGRESS, LOAD_BOARD, deployment_options, ray_env, tier_deployment_name
 from deployments.ingress import Ingress
 from deployments.load_board import LoadBoard
 from loadtest.frontdoor_client import ClientSample, Load, chat_body
@@ -66,6 +66,8 @@ class BenchSettings:
     port: int = 18780
     """thinktier's HTTP port; the floor listens on the next one."""
     policy: Path = FRONTDOOR_POLICY
+    http_proxy: Literal["serve", "haproxy"] = "serve"
+    """The policy's `server.http_proxy` for the whole run (it is set when Ray starts)."""
     out: Path = field(default_factory=lambda: Path("loadtest/results/frontdoor"))
 
     def variants(self) -> list[Variant]:
@@ -110,6 +112,7 @@ def policy_variant(settings: BenchSettings, variant: Variant, dest: Path) -> str
     def edit(data: dict[str, Any]) -> None:
         server = data.setdefault("server", {})
         server["stream_interval_ms"] = variant.interval_ms
+        server["http_proxy"] = settings.http_proxy
         server["ingress_replicas"] = {"min": variant.ingress_replicas, "max": variant.ingress_replicas}
         data["tiers"][reasoning]["replicas"] = {"min": settings.tier_replicas, "max": settings.tier_replicas}
 
@@ -218,13 +221,14 @@ def measure_floor(settings: BenchSettings, variant: Variant) -> TargetResult:
 
 
 @contextlib.contextmanager
-def ray_serve(port: int) -> Iterator[None]:
-    """Ray and Serve in this process, Serve's HTTP proxy on `port`."""
+def ray_serve(port: int, front_door_env: dict[str, str]) -> Iterator[None]:
+    """Ray and Serve in this process, the HTTP front door on `port`."""
     import ray
     from ray import serve
 
-    os.environ.update(RAY_ENV)
-    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": RAY_ENV})
+    env = RAY_ENV | front_door_env
+    os.environ.update(env)
+    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": env})
     try:
         serve.start(http_options={"host": HOST, "port": port})
         yield
@@ -239,7 +243,8 @@ def run(settings: BenchSettings, command: str, progress: Callable[[str], None] =
         _check_port_free(HOST, port)
     variants = settings.variants()
     report = FrontdoorReport(command=command, settings=settings.as_dict(), variants=[])
-    with ray_serve(settings.port), tempfile.TemporaryDirectory(prefix="thinktier-frontdoor-") as tmp:
+    server = load_policy(settings.policy).server.model_copy(update={"http_proxy": settings.http_proxy})
+    with ray_serve(settings.port, ray_env(server)), tempfile.TemporaryDirectory(prefix="thinktier-frontdoor-") as tmp:
         for n, variant in enumerate(variants, 1):
             window = f"{settings.ramp_s(variant):.1f} s ramp + {settings.duration_s:g} s"
             progress(f"[frontdoor {n}/{len(variants)}] {variant.label}: thinktier ({window})")
