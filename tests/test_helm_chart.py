@@ -36,7 +36,7 @@ from cluster.helm_values import (
 from cluster.serve_config import pool_resource, serve_config
 from deployments.metrics import PREFIX, ServiceMetrics
 from deployments.replica_stats import ReplicaStats
-from policies.loader import load_policy
+from policies.loader import DEFAULT_POLICY, load_policy
 
 ROOT = Path(__file__).resolve().parents[1]
 CHART = ROOT / "helm" / "thinktier"
@@ -469,3 +469,16 @@ def test_helm_schema_command_rewrites_only_the_generated_part(tmp_path: Path, ca
     assert "out of date" in capsys.readouterr().err
     assert thinktier_main(["helm", "schema", "--schema", str(path)]) == 0
     assert json.loads(path.read_text()) == committed
+
+
+def test_haproxy_mode_from_the_policy_reaches_head_and_worker_containers(render: Render, tmp_path: Path) -> None:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(DEFAULT_POLICY.read_text().replace("port: 8000\n", "port: 8000\n  http_proxy: haproxy\n"))
+    generated = tmp_path / "values.yaml"
+    generated.write_text(render_helm_values(policy))
+    service = next(doc for doc in render(generated) if doc["kind"] == "RayService")
+    cluster = service["spec"]["rayClusterConfig"]
+    groups = [cluster["headGroupSpec"], *cluster["workerGroupSpecs"]]
+    for group in groups:
+        env = {item["name"]: item.get("value") for item in group["template"]["spec"]["containers"][0]["env"]}
+        assert env["RAY_SERVE_ENABLE_HA_PROXY"] == "1" and env["RAY_SERVE_ENABLE_DIRECT_INGRESS"] == "1"
