@@ -19,7 +19,8 @@ TINY_POLICY = DEFAULT_POLICY.parent / "examples" / "tiny.yaml"
 def _overhead(args: argparse.Namespace) -> int:
     from loadtest.overhead_bench import run
 
-    result = run(args.policy, args.tier, args.requests, args.answer_tokens, Path(args.out), args.with_classifier)
+    result = run(args.policy, args.tier, args.requests, args.answer_tokens, Path(args.out), args.with_classifier,
+                 args.http_proxy)
     print(f"added by ingress + router, median per request: e2e {result.added_e2e_median_ms:+.1f} ms, "
           f"time to first answer token {result.added_ttft_median_ms:+.1f} ms  (details: {args.out}/overhead.md)")
     return 0
@@ -163,6 +164,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     overhead.add_argument("--answer-tokens", type=int, default=16, help="answer tokens per request (default 16)")
     overhead.add_argument("--with-classifier", action="store_true",
                           help="keep the policy's difficulty classifier on (default: off, to measure ingress and router alone)")
+    overhead.add_argument("--http-proxy", choices=("serve", "haproxy"), default=None,
+                          help="serve the policy with this server.http_proxy (default: the policy's own)")
     overhead.add_argument("--out", default="loadtest/results", help="output folder (default loadtest/results)")
     overhead.set_defaults(func=_overhead)
     scaling = commands.add_parser(

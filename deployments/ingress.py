@@ -193,7 +193,11 @@ class Ingress:
         try:
             if parsed.stream:
                 stream = tier.options(stream=True).generate.remote(tier_request)
-                first: TierChunk = await stream.__anext__()
+                try:
+                    first: TierChunk = await stream.__anext__()
+                except asyncio.CancelledError:  # the client left before the first token: stop the decode too
+                    stream.cancel()
+                    raise
             else:
                 dispatched = time.monotonic()
                 first = await tier.generate_all.remote(tier_request)

@@ -116,19 +116,25 @@ async def _interleaved(engine: TierEngine, url: str, model: str, n: int, answer_
     return samples
 
 
-def without_classifier(policy_path: str) -> str:
-    """A copy of the policy with the difficulty classifier off (its latency is `thinktier classifier bench`'s)."""
+def served_variant(policy_path: str, classifier: bool, http_proxy: str | None) -> str:
+    """A copy of the policy with the difficulty classifier off unless asked for (its latency is `thinktier classifier
+    bench`'s), and the front door's `server.http_proxy` when given."""
 
     def edit(data: dict[str, Any]) -> None:
-        data.setdefault("routing", {}).setdefault("classifier", {})["enabled"] = False
+        if not classifier:
+            data.setdefault("routing", {}).setdefault("classifier", {})["enabled"] = False
+        if http_proxy is not None:
+            data.setdefault("server", {})["http_proxy"] = http_proxy
 
     dest = Path(tempfile.mkdtemp(prefix="thinktier-overhead-")) / "policy.yaml"
     return str(write_policy_variant(policy_path, edit, dest))
 
 
-def run(policy_path: str, tier: str, n: int, answer_tokens: int, out_dir: Path, classifier: bool) -> OverheadResult:
+def run(
+    policy_path: str, tier: str, n: int, answer_tokens: int, out_dir: Path, classifier: bool, http_proxy: str | None = None
+) -> OverheadResult:
     out_dir.mkdir(parents=True, exist_ok=True)
-    served_policy = policy_path if classifier else without_classifier(policy_path)
+    served_policy = served_variant(policy_path, classifier, http_proxy)
     policy = load_policy(served_policy)
     with LocalCluster(served_policy, port=18765, progress=lambda line: print(f"[cluster] {line}", flush=True)) as cluster:
         os.environ.update(engine_env(policy.tiers[tier]))  # the same engine settings as the tier's replica
@@ -141,17 +147,18 @@ def run(policy_path: str, tier: str, n: int, answer_tokens: int, out_dir: Path, 
         tier=tier, requests=n, answer_tokens=answer_tokens,
         **{name: Summary.of(values) for name, values in samples.items()},
     )
-    write(result, policy_path, out_dir, classifier)
+    write(result, policy_path, out_dir, classifier, policy.server.http_proxy)
     return result
 
 
-def write(result: OverheadResult, policy_path: str, out_dir: Path, classifier: bool) -> None:
-    flag = " --with-classifier" if classifier else ""
+def write(result: OverheadResult, policy_path: str, out_dir: Path, classifier: bool, http_proxy: str) -> None:
+    flag = (" --with-classifier" if classifier else "") + f" --http-proxy {http_proxy} --out {out_dir}"
     data = asdict(result) | {
         "added_e2e_median_ms": result.added_e2e_median_ms,
         "added_ttft_median_ms": result.added_ttft_median_ms,
         "policy": policy_path,
         "classifier": classifier,
+        "http_proxy": http_proxy,
         "command": f"thinktier bench overhead --policy {policy_path} --tier {result.tier} --requests {result.requests}{flag}",
     }
     (out_dir / "overhead.json").write_text(json.dumps(data, indent=2) + "\n")

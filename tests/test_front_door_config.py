@@ -4,17 +4,24 @@ from __future__ import annotations
 
 from cluster.helm_values import helm_values
 from cluster.serve_config import INGRESS, deployment_options, ray_env
-from policies.loader import DEFAULT_POLICY, load_policy, parse_policy
+from policies.loader import parse_policy
+from policies.schema import Policy
+
+ONE_TIER = """
+version: 1
+server: {server}
+tiers:
+  reasoning: {{model: builtin:tiny-random, engine: {{kv_cache_memory_gib: 0.1}}}}
+routing: {{chat_tier: null}}
+"""
 
 
-def with_server(server: str):
-    text = DEFAULT_POLICY.read_text().replace("server:\n  host: 127.0.0.1\n  port: 8000\n", f"server:\n  {server}\n")
-    assert server in text
-    return parse_policy(text, "p.yaml")
+def with_server(server: str) -> Policy:
+    return parse_policy(ONE_TIER.format(server=server), "p.yaml")
 
 
 def test_ingress_replicas_are_fixed_or_follow_requests_in_flight() -> None:
-    fixed = deployment_options(load_policy())[INGRESS]
+    fixed = deployment_options(with_server("{}"))[INGRESS]
     assert fixed["num_replicas"] == 1 and "autoscaling_config" not in fixed
     scaled = deployment_options(with_server("{ingress_replicas: {min: 2, max: 8}, ingress_target_ongoing_requests: 64}"))
     assert scaled[INGRESS]["autoscaling_config"] == {
@@ -28,4 +35,5 @@ def test_haproxy_mode_reaches_every_ray_process_locally_and_on_kubernetes() -> N
     env = ray_env(policy.server)
     assert env == {"RAY_SERVE_ENABLE_HA_PROXY": "1", "RAY_SERVE_ENABLE_DIRECT_INGRESS": "1"}
     assert helm_values(policy, "")["rayEnv"] == env
-    assert ray_env(load_policy().server) == {} and helm_values(load_policy(), "")["rayEnv"] == {}
+    serve_proxy = with_server("{}")
+    assert ray_env(serve_proxy.server) == {} and helm_values(serve_proxy, "")["rayEnv"] == {}

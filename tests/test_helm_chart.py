@@ -471,14 +471,10 @@ def test_helm_schema_command_rewrites_only_the_generated_part(tmp_path: Path, ca
     assert json.loads(path.read_text()) == committed
 
 
-def test_haproxy_mode_from_the_policy_reaches_head_and_worker_containers(render: Render, tmp_path: Path) -> None:
-    policy = tmp_path / "policy.yaml"
-    policy.write_text(DEFAULT_POLICY.read_text().replace("port: 8000\n", "port: 8000\n  http_proxy: haproxy\n"))
-    generated = tmp_path / "values.yaml"
-    generated.write_text(render_helm_values(policy))
-    service = next(doc for doc in render(generated) if doc["kind"] == "RayService")
+def test_haproxy_mode_from_the_policy_reaches_head_and_worker_containers(render: Render) -> None:
+    assert load_policy(DEFAULT_POLICY).server.http_proxy == "haproxy"
+    service = next(doc for doc in render(*DEFAULT) if doc["kind"] == "RayService")
     cluster = service["spec"]["rayClusterConfig"]
-    groups = [cluster["headGroupSpec"], *cluster["workerGroupSpecs"]]
-    for group in groups:
+    for group in [cluster["headGroupSpec"], *cluster["workerGroupSpecs"]]:
         env = {item["name"]: item.get("value") for item in group["template"]["spec"]["containers"][0]["env"]}
         assert env["RAY_SERVE_ENABLE_HA_PROXY"] == "1" and env["RAY_SERVE_ENABLE_DIRECT_INGRESS"] == "1"

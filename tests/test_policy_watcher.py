@@ -254,7 +254,7 @@ SERVER_EDITS = {
     "allow_anonymous": False,
     "ingress_replicas": Replicas(min=1, max=4),
     "ingress_target_ongoing_requests": 32,
-    "http_proxy": "haproxy",
+    "http_proxy": "serve",
     "stream_interval_ms": 0,
 }
 
