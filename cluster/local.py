@@ -39,7 +39,7 @@ def _logs_dir() -> str:
     return str(Path(node.get_logs_dir_path()) / "serve") if node is not None else "/tmp/ray/session_latest/logs/serve"
 
 
-def _check_port_free(host: str, port: int) -> None:
+def check_port_free(host: str, port: int) -> None:
     with socket.socket() as sock:
         try:
             sock.bind((host, port))
@@ -93,34 +93,45 @@ class LocalCluster:
     def start(self, timeout_s: float = 600) -> LocalCluster:
         """Start Ray and Serve and deploy; raises StartupError with the cause (a replica's own error included)."""
         import ray
-        from ray import serve
-
-        from cluster.app import AppArgs, build_app
 
         if not ray.is_initialized():
-            _check_port_free(self.host, self.port)
+            check_port_free(self.host, self.port)
         self._prepare_models()
-        env = RAY_ENV | ray_env(self.policy.server)  # set before Ray starts: Serve reads it once
-        os.environ.update(env)
         if not ray.is_initialized():
-            self.progress("starting Ray")
-            try:
-                ray.init(num_cpus=self.num_cpus, include_dashboard=False, log_to_driver=False,
-                         runtime_env={"env_vars": env})
-            except Exception as exc:
-                line = _exception_line(str(exc))
-                raise StartupError(f"Ray did not start: {line} (logs: /tmp/ray/session_latest/logs)") from exc
-            self._owns_ray = True
+            self._start_ray()
         try:
-            serve.start(http_options={"host": self.host, "port": self.port})
-            self.progress("deploying the application (engines take tens of seconds to load)")
-            app = build_app(AppArgs(policy_path=self.policy_path))
-            serve._run(app, name=self.app_name, route_prefix=self.route_prefix, _blocking=False)
-            self._wait_ready(timeout_s)
+            self._deploy(timeout_s)
         except BaseException:
             self.stop()  # a failed start leaves no application (and no Ray of ours) behind
             raise
         return self
+
+    def _start_ray(self) -> None:
+        import ray
+
+        env = RAY_ENV | ray_env(self.policy.server)  # set before Ray starts: Serve reads it once
+        os.environ.update(env)
+        self.progress("starting Ray")
+        try:
+            ray.init(num_cpus=self.num_cpus, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": env})
+        except Exception as exc:
+            line = _exception_line(str(exc))
+            raise StartupError(f"Ray did not start: {line} (logs: /tmp/ray/session_latest/logs)") from exc
+        self._owns_ray = True
+
+    def _deploy(self, timeout_s: float) -> None:
+        from ray import serve
+
+        from cluster.app import AppArgs, build_app
+
+        try:
+            serve.start(http_options={"host": self.host, "port": self.port})
+        except Exception as exc:  # e.g. HAProxy mode without its binary
+            raise StartupError(f"Ray Serve did not start: {_exception_line(str(exc))}; logs: {_logs_dir()}") from exc
+        self.progress("deploying the application (engines take tens of seconds to load)")
+        app = build_app(AppArgs(policy_path=self.policy_path))
+        serve._run(app, name=self.app_name, route_prefix=self.route_prefix, _blocking=False)
+        self._wait_ready(timeout_s)
 
     def _prepare_models(self) -> None:
         """Build the builtin models here, before Ray starts, so a missing package fails at once and with its fix."""

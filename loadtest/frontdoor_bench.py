@@ -28,7 +28,7 @@ import psutil
 from ray.serve import Application
 
 from cluster.app import STALE_AFTER_INTERVALS
-from cluster.local import RAY_ENV, _check_port_free
+from cluster.local import RAY_ENV, check_port_free
 from cluster.serve_config import INGRESS, LOAD_BOARD, deployment_options, ray_env, tier_deployment_name
 from deployments.ingress import Ingress
 from deployments.load_board import LoadBoard
@@ -240,7 +240,7 @@ def ray_serve(port: int, front_door_env: dict[str, str]) -> Iterator[None]:
 def run(settings: BenchSettings, command: str, progress: Callable[[str], None] = print) -> FrontdoorReport:
     """Every variant, thinktier then the floor; the report is rewritten after each variant."""
     for port in (settings.port, settings.port + 1):
-        _check_port_free(HOST, port)
+        check_port_free(HOST, port)
     variants = settings.variants()
     report = FrontdoorReport(command=command, settings=settings.as_dict(), variants=[])
     server = load_policy(settings.policy).server.model_copy(update={"http_proxy": settings.http_proxy})
