@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from loadtest import fullstack
+from loadtest.fullstack_report import write_summary
 from loadtest.workload import Mix
 from policies.loader import PolicyError, load_policy
 
@@ -44,7 +45,7 @@ def _check_policies(configs: list[tuple[str, Path]], slo_policy: Path) -> str | 
 
 def _fullstack(args: argparse.Namespace) -> int:
     if args.summarize is not None:
-        print(fullstack.write_summary(args.summarize), end="")
+        print(write_summary(args.summarize), end="")
         return 0
     if not args.config or args.out is None:
         print("bench fullstack: --config and --out are needed (or --summarize DIR)", file=sys.stderr)

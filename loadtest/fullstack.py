@@ -1,19 +1,5 @@
-"""The whole stack on the GPU machine, measured at the front door, one policy after another.
-
-For each policy: `thinktier up` as a subprocess; a warm-up; an idle probe (the issue's aim: a 256-token chat
-reply on an idle GPU in under 3 s); the seeded `thinktier loadtest run` while per-process CPU, thinktier's
-/metrics and GPU utilization are sampled; then a stop that leaves the GPUs empty for the next policy.
-
-Why per-process CPU: in the 2026-11-30 pilot the HTTP path stalled at 4 req/s while the engines idled, with the
-Ingress replica at 190-270% CPU and Serve's ProxyActor at 100-115% (one event loop). A run measures the policy
-only when those processes are not the limit, so every run reports them by class: Ingress, proxy, tier replicas,
-engine cores, the load generator and the rest.
-
-Runs from the repository root with the stdlib, httpx and what `thinktier loadtest` needs. Files in the output
-folder, five per policy and one in all, since the GPU machine returns at most 8 files a call: NAME-up.log,
-NAME-report.{json,md}, NAME-requests.jsonl, NAME-fullstack.json, and fullstack.md, which `summarize` rebuilds
-from the saved JSON anywhere.
-"""
+"""The full-stack driver: per policy, `thinktier up`, a warm-up, an idle probe and the seeded load test while CPU,
+/metrics and GPUs are sampled, then a stop that leaves the GPUs empty for the next policy."""
 
 from __future__ import annotations
 
@@ -21,7 +7,6 @@ import asyncio
 import contextlib
 import json
 import os
-import re
 import shutil
 import signal
 import statistics
@@ -37,11 +22,21 @@ from pathlib import Path
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
-from pydantic import BaseModel
 
 from loadtest.client import RequestOptions, RequestResult, send
-from loadtest.report import Percentiles, Report
-from loadtest.workload import REQUEST_CLASSES, Prompt, WorkItem
+from loadtest.fullstack_record import (
+    IDLE_ANSWER_TOKENS,
+    ConfigRun,
+    CpuStat,
+    Failures,
+    GpuStat,
+    IdleProbe,
+    ProbeReply,
+    Sample,
+)
+from loadtest.fullstack_report import fmt, saved_report, summary_line, summary_row, write_summary
+from loadtest.process_cpu import ClassCPU, by_class, process_loads, read_processes
+from loadtest.workload import Prompt, WorkItem
 from policies.loader import load_policy
 from policies.schema import Policy
 
@@ -53,8 +48,6 @@ STOP_RESERVE_S = 60.0
 """Time kept for stopping thinktier when the load test's time limit is set."""
 MIN_CONFIG_S = STARTUP_S + 30 + STOP_RESERVE_S
 """Time a policy needs before the deadline besides its arrival window: start-up, a short drain, the stop."""
-IDLE_ANSWER_TOKENS = 256
-IDLE_AIM_S = 3.0
 IDLE_PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
 UP_ERROR_MARKS = ("thinktier up:", "Traceback", "Error")
 """Lines of the up log worth printing besides its progress lines, which start with '[elapsed]'."""
@@ -67,127 +60,7 @@ ENGINE_SERIES = ("thinktier_kv_cache_occupancy_ratio", "thinktier_requests_runni
 FINAL_SERIES = (*ENGINE_SERIES, "thinktier_preemptions_total", "thinktier_degraded_requests_total")
 LABEL_ORDER = ("tier", "replica")
 """Labels that lead a series key (other labels follow by name): 'tier/replica'."""
-CPU_CLASSES: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("ingress", re.compile(r"ServeReplica:[^:\s]*:Ingress\b")),
-    ("proxy", re.compile(r"ProxyActor|/haproxy\b")),
-    ("tier", re.compile(r"ServeReplica:[^:\s]*:tier-")),
-    ("engine", re.compile(r"EngineCore")),
-    ("loadgen", re.compile(r"\bloadtest run\b")),
-)
-"""Process classes by title, first match wins. Ray and vLLM set process titles such as
-`ray::ServeReplica:thinktier:Ingress.handle_request_with_rejection`, `ray::ProxyActor` and `VLLM::EngineCore`."""
-OTHER = "other"
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 PRINT_EVERY_S = 10.0
-
-
-# ---- models of what is saved --------------------------------------------------------------------
-
-
-class ClassCPU(BaseModel):
-    """One process class in one sample interval; 100 = one core."""
-
-    percent: float
-    """All the class's processes together."""
-    busiest: float
-    """Its busiest single process (a saturated event loop shows as ~100 here)."""
-    processes: int
-
-
-class TopProcess(BaseModel):
-    pid: int
-    cpu_class: str
-    title: str
-    percent: float
-
-
-class GpuStat(BaseModel):
-    index: int
-    util_percent: float
-    memory_mib: float
-
-
-class Sample(BaseModel):
-    """One sampling interval, ending `t_s` seconds after the load test started."""
-
-    t_s: float
-    dt_s: float
-    cpu: dict[str, ClassCPU]
-    top: list[TopProcess]
-    """Processes at 5% or more, busiest first."""
-    engine: dict[str, dict[str, float]]
-    """thinktier's engine series (prefix dropped) by 'tier/replica'."""
-    gpu: list[GpuStat]
-    metrics_error: str | None = None
-
-
-class CpuStat(BaseModel):
-    """A class's CPU % over a window: time-weighted mean and max of the class total, max of its busiest process."""
-
-    mean: float | None
-    max: float | None
-    busiest_max: float | None
-
-
-class ProbeReply(BaseModel):
-    status: int | None
-    error: str | None
-    tier: str | None
-    ttft_s: float | None
-    ttfvt_s: float | None
-    e2e_s: float | None
-    completion_tokens: int | None
-
-
-class IdleProbe(BaseModel):
-    """Sequential streamed replies of IDLE_ANSWER_TOKENS tokens, no thinking, on idle engines."""
-
-    model: str
-    replies: list[ProbeReply]
-    ttft_median_s: float | None
-    e2e_median_s: float | None
-    tokens_median: float | None
-
-
-class Failures(BaseModel):
-    """Requests of a load test by outcome, from its requests.jsonl (errors and shed as in its report)."""
-
-    requests: int
-    errors: int
-    """Failed for any reason but a 429."""
-    shed: int
-    no_response: int
-    """No response headers, or a request cut by --request-timeout (the runner drops a cut request's partial stream)."""
-    timeouts: int
-    """Cut by --request-timeout."""
-
-
-class ConfigRun(BaseModel):
-    """Everything measured for one policy; saved as NAME-fullstack.json."""
-
-    name: str
-    policy: str
-    started_unix: float
-    up_s: float | None = None
-    error: str | None = None
-    warm_up: dict[str, int] = {}
-    """'status tier' of the warm-up replies, counted."""
-    gpu_after_up: list[GpuStat] = []
-    engine_log_lines: list[str] = []
-    idle: IdleProbe | None = None
-    load_command: list[str] = []
-    load_rc: int | None = None
-    load_log_tail: list[str] = []
-    load_wall_s: float | None = None
-    load_window_s: tuple[float, float] | None = None
-    """The arrival window within the timeline: from the first sample that saw engine work, `duration` long."""
-    cpu_load: dict[str, CpuStat] = {}
-    cpu_run: dict[str, CpuStat] = {}
-    """Over the whole load test process: arrivals, the drain of the last requests, its own start and report."""
-    failures: Failures | None = None
-    final_metrics: dict[str, dict[str, float]] = {}
-    stop_s: float | None = None
-    timeline: list[Sample] = []
 
 
 # ---- settings and clock -------------------------------------------------------------------------
@@ -240,74 +113,6 @@ class Clock:
 
     def log(self, message: str) -> None:
         print(f"[{self.elapsed():6.1f}s] {message}", flush=True)
-
-
-# ---- per-process CPU from /proc -----------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ProcCPU:
-    """A process's CPU time so far (user + system, all its threads)."""
-
-    pid: int
-    cpu_s: float
-    title: str
-
-
-ProcKey = tuple[int, int]
-"""(pid, start time in clock ticks): a reused pid is another process."""
-
-
-def parse_stat(stat: str, hz: float) -> tuple[str, int, float]:
-    """(comm, start time in ticks, utime + stime in seconds) from a /proc/PID/stat line.
-    comm may hold spaces and parentheses, so the fields are counted from its closing parenthesis."""
-    comm = stat[stat.find("(") + 1 : stat.rfind(")")]
-    fields = stat[stat.rfind(")") + 2 :].split()
-    # fields[0] is field 3 (state): utime, stime and starttime are fields 14, 15 and 22
-    return comm, int(fields[19]), (int(fields[11]) + int(fields[12])) / hz
-
-
-def process_title(cmdline: bytes, comm: str) -> str:
-    """The command line as `ps` shows it (Ray and vLLM rewrite it to a title); comm for kernel threads."""
-    return cmdline.replace(b"\0", b" ").decode(errors="replace").strip() or comm
-
-
-def read_processes(proc: Path = Path("/proc"), hz: float = CLOCK_TICKS) -> dict[ProcKey, ProcCPU]:
-    out: dict[ProcKey, ProcCPU] = {}
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            comm, start, cpu_s = parse_stat((entry / "stat").read_text(), hz)
-            title = process_title((entry / "cmdline").read_bytes(), comm)
-        except (OSError, ValueError, IndexError):  # gone meanwhile, or not readable
-            continue
-        out[(int(entry.name), start)] = ProcCPU(int(entry.name), cpu_s, title)
-    return out
-
-
-def classify(title: str) -> str:
-    return next((name for name, pattern in CPU_CLASSES if pattern.search(title)), OTHER)
-
-
-def process_loads(before: dict[ProcKey, ProcCPU], after: dict[ProcKey, ProcCPU], dt_s: float) -> list[TopProcess]:
-    """CPU % of every process alive at both readings, over the `dt_s` seconds between them, busiest first.
-    A title read later wins: a Ray worker takes its actor's title after it starts."""
-    loads = [
-        TopProcess(
-            pid=p.pid, cpu_class=classify(p.title), title=p.title[:120], percent=(p.cpu_s - before[key].cpu_s) / dt_s * 100
-        )
-        for key, p in after.items()
-        if key in before
-    ]
-    return sorted(loads, key=lambda p: -p.percent)
-
-
-def by_class(loads: Sequence[TopProcess]) -> dict[str, ClassCPU]:
-    classes: dict[str, list[float]] = {}
-    for p in loads:
-        classes.setdefault(p.cpu_class, []).append(p.percent)
-    return {c: ClassCPU(percent=sum(v), busiest=max(v), processes=len(v)) for c, v in sorted(classes.items())}
 
 
 def in_window(sample: Sample, window: tuple[float, float] | None) -> bool:
@@ -702,7 +507,7 @@ def run_config(name: str, policy_path: Path, settings: Settings, clock: Clock) -
         clock.log(f"  warm-up: {record.warm_up}")
         record.idle = idle_probe(settings.url, policy)
         clock.log(f"  idle probe ({record.idle.model}): " + "; ".join(
-            f"{r.status} ttft {_fmt(r.ttft_s)} s e2e {_fmt(r.e2e_s)} s {r.completion_tokens} tok" for r in record.idle.replies
+            f"{r.status} ttft {fmt(r.ttft_s)} s e2e {fmt(r.e2e_s)} s {r.completion_tokens} tok" for r in record.idle.replies
         ))
         run_load(record, settings, clock)
     except Exception as exc:  # the run goes on to the next policy; the cause is kept
@@ -726,7 +531,9 @@ def min_left_s(load: LoadArgs) -> float:
 
 def run(configs: Sequence[tuple[str, Path]], settings: Settings) -> list[ConfigRun]:
     """Every policy in order, each skipped when less than `min_left_s` remain; fullstack.md and a SUMMARY line after
-    each."""
+    each. Files in the output folder, five per policy and one in all, since the GPU machine returns at most 8 files a
+    call: NAME-up.log, NAME-report.{json,md}, NAME-requests.jsonl, NAME-fullstack.json, and fullstack.md, which
+    `summarize` rebuilds from the saved JSON anywhere."""
     clock = Clock(settings.deadline_s)
     settings.out.mkdir(parents=True, exist_ok=True)
     needed = min_left_s(settings.load)
@@ -741,120 +548,3 @@ def run(configs: Sequence[tuple[str, Path]], settings: Settings) -> list[ConfigR
         print(summary_line(summary_row(record, saved_report(settings.out, name))), flush=True)
     clock.log("done")
     return runs
-
-
-# ---- summary ------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SummaryRow:
-    """One policy's line in fullstack.md."""
-
-    name: str
-    error: str | None
-    requests: int | None
-    ok: int | None
-    errors: int | None
-    no_response: int | None
-    ttfvt: dict[str, Percentiles]
-    goodput_rps: float | None
-    output_tps: float | None
-    ingress: CpuStat | None
-    proxy: CpuStat | None
-    idle_e2e_s: float | None
-    kv_peak: dict[str, float | None]
-
-
-def summary_row(record: ConfigRun, report: Report | None) -> SummaryRow:
-    load = report.runs[0] if report is not None and report.runs else None
-    return SummaryRow(
-        name=record.name,
-        error=record.error,
-        requests=load.overall.requests if load else None,
-        ok=load.overall.ok if load else None,
-        errors=load.overall.errors if load else None,
-        no_response=record.failures.no_response if record.failures else None,
-        ttfvt={c: s.ttfvt_s for c, s in load.classes.items()} if load else {},
-        goodput_rps=load.goodput_rps if load else None,
-        output_tps=load.tps if load else None,
-        ingress=record.cpu_load.get("ingress"),
-        proxy=record.cpu_load.get("proxy"),
-        idle_e2e_s=record.idle.e2e_median_s if record.idle else None,
-        kv_peak={t.tier: t.kv_occupancy_max for t in load.tiers} if load else {},
-    )
-
-
-def _fmt(value: float | int | None, digits: int = 2) -> str:
-    if value is None:
-        return "-"
-    return str(value) if isinstance(value, int) else f"{value:.{digits}f}"
-
-
-def _ttfvt(row: SummaryRow, request_class: str) -> str:
-    p = row.ttfvt.get(request_class)
-    return f"{_fmt(p.p50, 1)} / {_fmt(p.p99, 1)}" if p is not None else "-"
-
-
-def _cpu(stat: CpuStat | None) -> str:
-    return f"{_fmt(stat.mean, 0)} / {_fmt(stat.max, 0)}" if stat is not None else "-"
-
-
-def _kv(row: SummaryRow) -> str:
-    return ", ".join(f"{tier} {_fmt(peak)}" for tier, peak in row.kv_peak.items()) or "-"
-
-
-def summary_line(row: SummaryRow) -> str:
-    if row.requests is None:
-        return f"SUMMARY {row.name}: no load report ({row.error or 'unknown'})"
-    ttfvt = " ".join(f"{c} {_ttfvt(row, c)}" for c in REQUEST_CLASSES if c in row.ttfvt)
-    return (
-        f"SUMMARY {row.name}: requests {row.requests} ok {row.ok} errors {row.errors} (no response {_fmt(row.no_response)}) | "
-        f"TTFVT p50/p99 s {ttfvt} | goodput {_fmt(row.goodput_rps)} req/s | output {_fmt(row.output_tps, 0)} tok/s | "
-        f"CPU % mean/max Ingress {_cpu(row.ingress)} proxy {_cpu(row.proxy)} | idle {IDLE_ANSWER_TOKENS}-token reply E2E "
-        f"{_fmt(row.idle_e2e_s)} s | KV peak {_kv(row)}" + (f" | error: {row.error}" if row.error else "")
-    )
-
-
-def markdown(rows: Sequence[SummaryRow]) -> str:
-    head = ["config", "requests", "ok", "errors (no response)"]
-    head += [f"{c} TTFVT p50 / p99 s" for c in REQUEST_CLASSES]
-    head += ["goodput req/s", "output tok/s", "Ingress CPU % mean / max", "proxy CPU % mean / max",
-             f"idle {IDLE_ANSWER_TOKENS}-token reply E2E median s (aim < {IDLE_AIM_S:g})", "KV peak per tier"]
-    lines = ["# Full stack at the front door", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for row in rows:
-        cells = [row.name, _fmt(row.requests), _fmt(row.ok), f"{_fmt(row.errors)} ({_fmt(row.no_response)})"]
-        cells += [_ttfvt(row, c) for c in REQUEST_CLASSES]
-        cells += [_fmt(row.goodput_rps), _fmt(row.output_tps, 0), _cpu(row.ingress), _cpu(row.proxy), _fmt(row.idle_e2e_s),
-                  _kv(row)]
-        lines.append("| " + " | ".join(cells) + " |")
-    lines += [
-        "",
-        "CPU: 100 = one core, all of a class's processes together, time-weighted mean and max of ~2 s samples over the "
-        "arrival window (NAME-fullstack.json: also the whole load test, the busiest single process, and every class). "
-        "Errors: every failed request but 429s; no response: none within --request-timeout, or no headers. "
-        "TTFVT over successful requests; details in NAME-report.md.",
-    ]
-    errors = [f"- {row.name}: {row.error}" for row in rows if row.error]
-    if errors:
-        lines += ["", "Errors:", *errors]
-    return "\n".join(lines) + "\n"
-
-
-def saved_report(out_dir: Path, name: str) -> Report | None:
-    path = out_dir / f"{name}-report.json"
-    return Report.model_validate_json(path.read_text()) if path.exists() else None
-
-
-def load_rows(out_dir: Path) -> list[SummaryRow]:
-    """The summary rows of every NAME-fullstack.json in `out_dir`, in the order the policies started."""
-    runs = sorted(
-        (ConfigRun.model_validate_json(p.read_text()) for p in out_dir.glob("*-fullstack.json")), key=lambda r: r.started_unix
-    )
-    return [summary_row(r, saved_report(out_dir, r.name)) for r in runs]
-
-
-def write_summary(out_dir: Path) -> str:
-    """Rebuild fullstack.md from the saved JSON in `out_dir`; returns its text."""
-    text = markdown(load_rows(out_dir))
-    (out_dir / "fullstack.md").write_text(text)
-    return text

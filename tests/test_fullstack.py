@@ -19,16 +19,7 @@ from deployments.replica_stats import ReplicaStats
 from loadtest import fullstack
 from loadtest.client import RequestResult
 from loadtest.fullstack import (
-    ClassCPU,
-    ConfigRun,
-    CpuStat,
-    Failures,
-    IdleProbe,
     LoadArgs,
-    ProcCPU,
-    Sample,
-    by_class,
-    classify,
     cpu_stats,
     failures,
     idle_options,
@@ -36,14 +27,11 @@ from loadtest.fullstack import (
     load_window,
     loadtest_command,
     parse_series,
-    parse_stat,
-    process_loads,
-    read_processes,
-    summary_line,
-    summary_row,
-    write_summary,
 )
+from loadtest.fullstack_record import ConfigRun, CpuStat, Failures, IdleProbe, Sample
+from loadtest.fullstack_report import summary_line, summary_row, write_summary
 from loadtest.metrics_scraper import MetricsTimeline, TierSample
+from loadtest.process_cpu import ClassCPU, ProcCPU, by_class, classify, parse_stat, process_loads, read_processes
 from loadtest.report import Report, build_report
 from loadtest.runner import RunRecord
 from loadtest.workload import Mix
