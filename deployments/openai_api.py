@@ -156,10 +156,15 @@ def chat_completion(request_id: str, model: str, whole: TierChunk) -> dict[str, 
     }
 
 
+def _text_choice(chunk: TierChunk, with_reasoning: bool) -> dict[str, Any]:
+    choice: dict[str, Any] = {"index": 0, "text": chunk.content, "finish_reason": chunk.finish_reason, "logprobs": None}
+    if with_reasoning:
+        choice["reasoning"] = choice["reasoning_content"] = chunk.reasoning
+    return choice
+
+
 def text_completion(request_id: str, model: str, whole: TierChunk) -> dict[str, Any]:
-    choice: dict[str, Any] = {"index": 0, "text": whole.content, "finish_reason": whole.finish_reason, "logprobs": None}
-    if whole.reasoning or whole.reasoning_tokens:
-        choice["reasoning"] = choice["reasoning_content"] = whole.reasoning
+    choice = _text_choice(whole, bool(whole.reasoning or whole.reasoning_tokens))
     return {
         "id": request_id,
         "object": "text_completion",
@@ -214,10 +219,7 @@ class SSEFramer:
             if delta or chunk.finish_reason:
                 out = self._event([{"index": 0, "delta": delta, "finish_reason": chunk.finish_reason, "logprobs": None}])
         else:
-            choice: dict[str, Any] = {"index": 0, "text": chunk.content, "finish_reason": chunk.finish_reason, "logprobs": None}
-            if chunk.reasoning:
-                choice["reasoning"] = choice["reasoning_content"] = chunk.reasoning
-            out = self._event([choice])
+            out = self._event([_text_choice(chunk, bool(chunk.reasoning))])
         if chunk.finish_reason is not None and self.include_usage:
             out += self._event([], usage_of=chunk)
         return out
