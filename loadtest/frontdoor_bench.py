@@ -34,6 +34,7 @@ from deployments.ingress import Ingress
 from deployments.load_board import LoadBoard
 from loadtest.frontdoor_client import ClientSample, Load, chat_body
 from loadtest.frontdoor_report import FrontdoorReport, TargetResult, Variant, VariantResult, write
+from loadtest.process_cpu import classify
 from loadtest.synthetic_tier import SyntheticTier
 from policies.loader import DEFAULT_POLICY, load_policy, write_policy_variant
 
@@ -119,18 +120,17 @@ def policy_variant(settings: BenchSettings, variant: Variant, dest: Path) -> str
     return str(write_policy_variant(settings.policy, edit, dest))
 
 
-def ray_process_groups(app: str, tiers: list[str]) -> Groups:
-    """This process's Ray processes by role, from the titles Ray gives them (`ray::<actor class>`): Serve's HTTP
-    proxy, the Ingress and tier replicas of `app`, and the rest (raylet, GCS, Serve controller, LoadBoard, idle workers)."""
-    replica = f"ray::ServeReplica:{app}:"
-    prefixes = {"ingress": [replica + INGRESS], "proxy": ["ray::ProxyActor"],
-                "tier": [replica + tier_deployment_name(t) for t in tiers]}
-    groups: Groups = {name: [] for name in [*prefixes, "ray_other"]}
+def ray_process_groups() -> Groups:
+    """This process's Ray processes by role, classed by title as every CPU figure of the project is
+    (loadtest/process_cpu.py): the HTTP proxy (Serve's ProxyActor, or HAProxy in HAProxy mode), the Ingress and tier
+    replicas, and the rest (raylet, GCS, Serve controller, LoadBoard, idle workers)."""
+    roles = ("ingress", "proxy", "tier")
+    groups: Groups = {name: [] for name in [*roles, "ray_other"]}
     for proc in psutil.Process().children(recursive=True):
         with contextlib.suppress(psutil.Error):
-            title = " ".join(proc.cmdline())
-            groups[next((g for g, starts in prefixes.items() if title.startswith(tuple(starts))), "ray_other")].append(proc)
-    missing = [g for g in prefixes if not groups[g]]
+            role = classify(" ".join(proc.cmdline()))
+            groups[role if role in roles else "ray_other"].append(proc)
+    missing = [g for g in roles if not groups[g]]
     if missing:
         raise RuntimeError(f"no {', '.join(missing)} process among Ray's (titled 'ray::ServeReplica:...', 'ray::ProxyActor')")
     return groups
@@ -200,7 +200,7 @@ def measure_thinktier(settings: BenchSettings, variant: Variant, policy_path: st
     serve.run(frontdoor_app(policy_path, variant.tokens_per_stream_per_s), name=APP_NAME, route_prefix="/", blocking=False)
     try:
         wait_ready(f"http://{HOST}:{settings.port}")
-        groups = ray_process_groups(APP_NAME, list(load_policy(policy_path).tiers))
+        groups = ray_process_groups()
         return drive("thinktier", settings, variant, settings.port, groups)
     finally:
         serve.delete(APP_NAME)
