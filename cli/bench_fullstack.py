@@ -9,17 +9,26 @@ from pathlib import Path
 
 from loadtest import fullstack
 from loadtest.fullstack_report import write_summary
+from loadtest.fullstack_targets import Config, Kind
 from loadtest.workload import Mix
 from policies.loader import PolicyError, load_policy
 
 DEFAULT_MIX = "easy=0.5,medium=0.3,hard=0.1,chat=0.1"
 
 
-def _config(text: str) -> tuple[str, Path]:
+def _parse(text: str, kind: Kind, flag: str) -> Config:
     name, sep, policy = text.partition("=")
     if not sep or not name or not policy:
-        raise argparse.ArgumentTypeError(f"--config {text!r}: expected NAME=POLICY, e.g. tiered=policies/gpu.yaml")
-    return name, Path(policy).resolve()
+        raise argparse.ArgumentTypeError(f"{flag} {text!r}: expected NAME=POLICY, e.g. tiered=policies/gpu.yaml")
+    return Config(name, Path(policy).resolve(), kind)
+
+
+def _config(text: str) -> Config:
+    return _parse(text, "thinktier", "--config")
+
+
+def _peer(text: str) -> Config:
+    return _parse(text, "ray-serve-llm", "--peer")
 
 
 def _mix(text: str) -> str:
@@ -30,12 +39,12 @@ def _mix(text: str) -> str:
     return text
 
 
-def _check_policies(configs: list[tuple[str, Path]], slo_policy: Path) -> str | None:
+def _check_policies(configs: list[Config], slo_policy: Path) -> str | None:
     """Why the run cannot start (a repeated name, an invalid policy), before anything starts; None if it can."""
-    names = [name for name, _ in configs]
+    names = [c.name for c in configs]
     if len(set(names)) != len(names):
         return f"config names must be unique; got {names}"
-    for path in sorted({slo_policy, *(p for _, p in configs)}):
+    for path in sorted({slo_policy, *(c.policy for c in configs)}):
         try:
             load_policy(path)
         except (PolicyError, OSError) as exc:
@@ -48,9 +57,9 @@ def _fullstack(args: argparse.Namespace) -> int:
         print(write_summary(args.summarize), end="")
         return 0
     if not args.config or args.out is None:
-        print("bench fullstack: --config and --out are needed (or --summarize DIR)", file=sys.stderr)
+        print("bench fullstack: --config or --peer, and --out, are needed (or --summarize DIR)", file=sys.stderr)
         return 2
-    slo_policy = (args.slo_policy or args.config[0][1]).resolve()
+    slo_policy = (args.slo_policy or args.config[0].policy).resolve()
     problem = _check_policies(args.config, slo_policy)
     if problem is not None:
         print(f"bench fullstack: {problem}", file=sys.stderr)
@@ -72,8 +81,12 @@ def add_fullstack(commands: argparse._SubParsersAction) -> None:
         "Serve proxy, tier replicas, engine cores), /metrics and nvidia-smi, stop it and wait for empty GPUs. "
         "Writes NAME-report.{json,md}, NAME-fullstack.json and fullstack.md under --out.",
     )
-    p.add_argument("--config", action="append", type=_config, default=[], metavar="NAME=POLICY",
-                   help="a policy to serve and measure, under a name; repeatable, run in order")
+    p.add_argument("--config", dest="config", action="append", type=_config, default=[], metavar="NAME=POLICY",
+                   help="a policy to serve with thinktier and measure, under a name; repeatable, run in order")
+    p.add_argument("--peer", dest="config", action="append", type=_peer, metavar="NAME=POLICY",
+                   help="Ray Serve LLM (`thinktier loadtest peer`) on the policy's reasoning tier: its engine settings, "
+                   "replicas and prefix-aware routing, every request with the budget of the policy's default effort "
+                   "(vLLM's thinking_token_budget and max_tokens); runs in order with the --config entries")
     p.add_argument("--slo-policy", type=Path, default=None,
                    help="policy whose slos judge every config (default: the first config's policy)")
     p.add_argument("--rate", type=float, default=4.0, help="mean arrival rate, requests/s (default 4)")

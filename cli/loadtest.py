@@ -9,6 +9,7 @@ from pathlib import Path
 
 from loadtest.client import RequestOptions
 from loadtest.measure import LoadSpec
+from loadtest.metrics_scraper import RAY_LLM_METRICS, THINKTIER_METRICS
 from loadtest.runner import RunSettings, Target
 from loadtest.workload import Mix, PromptPool
 from policies.loader import DEFAULT_POLICY, PolicyError, load_policy
@@ -16,6 +17,8 @@ from policies.schema import EFFORTS
 
 DEFAULT_MIX = "easy=0.5,medium=0.3,hard=0.1,chat=0.1"
 THINKTIER_MODEL = "thinktier"
+EXPORTERS = {"thinktier": THINKTIER_METRICS, "ray-serve-llm": RAY_LLM_METRICS}
+"""Whose metric names the scrape reads."""
 SINGLE_POOL_POLICY = Path(__file__).resolve().parent.parent / "policies" / "examples" / "single-pool.yaml"
 
 
@@ -160,7 +163,7 @@ def _spec(args: argparse.Namespace) -> LoadSpec:
     )
 
 
-def _options(args: argparse.Namespace, model: str | None) -> RequestOptions:
+def _options(args: argparse.Namespace, model: str | None, thinking_token_budget: int | None = None) -> RequestOptions:
     api_key = None
     if args.api_key_env:
         api_key = os.environ.get(args.api_key_env)
@@ -171,6 +174,7 @@ def _options(args: argparse.Namespace, model: str | None) -> RequestOptions:
         max_tokens=args.max_tokens,
         reasoning_effort=args.effort,
         max_thinking_tokens=args.max_thinking_tokens,
+        thinking_token_budget=thinking_token_budget,
         temperature=args.temperature,
         api_key=api_key,
     )
@@ -207,7 +211,12 @@ def _run(args: argparse.Namespace) -> int:
     except PolicyError as exc:
         print(exc, file=sys.stderr)
         return 1
-    target = Target(args.url, options=_options(args, args.model), metrics_url=args.metrics_url)
+    target = Target(
+        args.url,
+        options=_options(args, args.model, args.thinking_token_budget),
+        metrics_url=args.metrics_url,
+        metric_names=EXPORTERS[args.exporter],
+    )
     out = _out_dir(args, "run")
     report, paths = measure(target, _spec(args), _pool(args), slos, out, _settings(args))
     for run in report.runs:
@@ -269,6 +278,40 @@ def _compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _peer(args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    from loadtest.ray_llm_target import RayLLMApp, peer_options, settings_from_tier  # lazily: imports transformers
+
+    try:
+        policy = load_policy(args.policy)
+    except PolicyError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    tier = args.tier or policy.routing.reasoning_tier
+    if tier not in policy.tiers:
+        print(f"--tier {tier!r}: no such tier in {args.policy}; tiers are {sorted(policy.tiers)}", file=sys.stderr)
+        return 2
+    settings = settings_from_tier(policy.tiers[tier])
+    options = peer_options(policy, tier, settings.model_id)
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    with RayLLMApp(settings, args.port, args.metrics_port, args.ready_timeout) as app:
+        print(
+            f"Ray Serve LLM serves {settings.model_id!r} ({tier} tier of {args.policy}, {settings.scaling}) at {app.url}/v1; "
+            f"vLLM metrics at {app.metrics_url}. A load test at {policy.routing.default_effort} effort sends: "
+            f"--model {options.model} --max-tokens {options.max_tokens}"
+            + (f" --thinking-token-budget {options.thinking_token_budget}" if options.thinking_token_budget is not None else "")
+            + f" --metrics-url {app.metrics_url} --exporter ray-serve-llm. Ctrl-C or SIGTERM stops it.",
+            flush=True,
+        )
+        while not stop.wait(1.0):
+            pass
+    return 0
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     loadtest = subparsers.add_parser(
         "loadtest",
@@ -298,6 +341,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help=f"policy file whose slos judge goodput (default {DEFAULT_POLICY.name}); chat requests are held to the easy SLO",
     )
     run.add_argument("--metrics-url", default=None, help="Prometheus page to scrape (default URL/metrics)")
+    run.add_argument(
+        "--exporter",
+        choices=sorted(EXPORTERS),
+        default="thinktier",
+        help="whose metric names to read from --metrics-url: thinktier's, or vLLM's as Ray Serve LLM exports them "
+        "(ray_vllm_*, on Ray's metrics port) (default thinktier)",
+    )
+    run.add_argument(
+        "--thinking-token-budget",
+        type=int,
+        default=None,
+        metavar="N",
+        help="send vLLM's own per-request thinking cap (thinking_token_budget) with every request: for a vLLM-based "
+        "peer such as Ray Serve LLM; thinktier sets budgets itself and rejects the field",
+    )
     _add_workload_args(run)
     run.set_defaults(func=_run)
 
@@ -352,3 +410,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     cmp.add_argument("--metrics-port", type=int, default=8090, help="Ray metrics export port for Ray Serve LLM (default 8090)")
     _add_workload_args(cmp)
     cmp.set_defaults(func=_compare)
+
+    peer = commands.add_parser(
+        "peer",
+        help="serve Ray Serve LLM on a tier's model and engine settings until stopped (the peer to measure against)",
+        description="Start Ray, Ray Serve and Ray Serve LLM's OpenAI app with the tier's vLLM engine settings, replica "
+        "count and thinking prompt, plus Ray Serve LLM's prefix-aware request router; wait until the model is listed; "
+        "print what a fair load test sends it; serve until Ctrl-C or SIGTERM. `thinktier bench fullstack --peer` runs it.",
+    )
+    peer.add_argument("--policy", required=True, help="policy file whose tier the peer copies")
+    peer.add_argument("--tier", default=None, help="tier to copy (default: the routing's reasoning tier)")
+    peer.add_argument("--port", type=int, default=8000, help="HTTP port (default 8000)")
+    peer.add_argument("--metrics-port", type=int, default=8090, help="Ray metrics export port (default 8090)")
+    peer.add_argument("--ready-timeout", type=_positive, default=900.0, metavar="SECONDS",
+                      help="give up when the model is not listed after this long (default 900)")
+    peer.set_defaults(func=_peer)

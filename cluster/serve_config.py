@@ -83,7 +83,8 @@ def tier_options(name: str, tier: Tier, in_pools: bool) -> dict[str, Any]:
         "runtime_env": {"env_vars": engine_env(tier)},
     }
     if tier.pool.accelerator == "gpu":
-        actor["num_gpus"] = tier.engine.tensor_parallel_size
+        share = tier.pool.gpu_fraction  # below 1 only with tensor_parallel_size 1 (the policy checks)
+        actor["num_gpus"] = tier.engine.tensor_parallel_size if share == 1 else share
         if tier.pool.accelerator_type:
             actor["accelerator_type"] = tier.pool.accelerator_type
     if in_pools:

@@ -36,6 +36,8 @@ class RequestOptions:
     max_tokens: int | None = None
     reasoning_effort: Effort | None = None
     max_thinking_tokens: int | None = None
+    thinking_token_budget: int | None = None
+    """vLLM's own per-request thinking cap (a top-level field of its OpenAI server), for vLLM-based peers."""
     temperature: float | None = None
     api_key: str | None = None
 
@@ -50,6 +52,7 @@ class RequestOptions:
             "max_tokens": self.max_tokens,
             "reasoning_effort": self.reasoning_effort,
             "max_thinking_tokens": self.max_thinking_tokens,
+            "thinking_token_budget": self.thinking_token_budget,
             "temperature": self.temperature,
         }
         body.update({k: v for k, v in extras.items() if v is not None})

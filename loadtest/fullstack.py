@@ -1,5 +1,6 @@
-"""The full-stack driver: per policy, `thinktier up`, a warm-up, an idle probe and the seeded load test while CPU,
-/metrics and GPUs are sampled, then a stop that leaves the GPUs empty for the next policy."""
+"""The full-stack driver: per config, start it (`thinktier up` on a policy, or the Ray Serve LLM peer on a policy's
+tier), a warm-up, an idle probe and the seeded load test while CPU, /metrics and GPUs are sampled, then a stop that
+leaves the GPUs empty for the next config."""
 
 from __future__ import annotations
 
@@ -25,7 +26,6 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from loadtest.client import RequestOptions, RequestResult, send
 from loadtest.fullstack_record import (
-    IDLE_ANSWER_TOKENS,
     ConfigRun,
     CpuStat,
     Failures,
@@ -35,13 +35,12 @@ from loadtest.fullstack_record import (
     Sample,
 )
 from loadtest.fullstack_report import fmt, saved_report, summary_line, summary_row, write_summary
+from loadtest.fullstack_targets import AUTO_MODEL, Config, Series
 from loadtest.process_cpu import ClassCPU, by_class, process_loads, read_processes
 from loadtest.workload import Prompt, WorkItem
 from policies.loader import load_policy
 from policies.schema import Policy
 
-AUTO_MODEL = "thinktier"
-"""The model name thinktier routes by difficulty (deployments.ingress.AUTO_MODELS)."""
 STARTUP_S = 150.0
 """`thinktier up` to /readyz on the GPU machine: ~150 s for the engines (173 s in the pilot)."""
 STOP_RESERVE_S = 60.0
@@ -49,15 +48,13 @@ STOP_RESERVE_S = 60.0
 MIN_CONFIG_S = STARTUP_S + 30 + STOP_RESERVE_S
 """Time a policy needs before the deadline besides its arrival window: start-up, a short drain, the stop."""
 IDLE_PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
-UP_ERROR_MARKS = ("thinktier up:", "Traceback", "Error")
-"""Lines of the up log worth printing besides its progress lines, which start with '[elapsed]'."""
+UP_ERROR_MARKS = ("thinktier up:", "Traceback", "Error", "Ray Serve LLM serves")
+"""Lines of the server's log worth printing besides `up`'s progress lines, which start with '[elapsed]'."""
 RAY_LOGS = Path("/tmp/ray/session_latest/logs")
 RAY_ERROR_MARKS = ("Error", "Traceback", "CUDA out of memory", "Exception", "Failed to")
 RAY_LOG_SUFFIXES = (".log", ".err", ".out")
 """Ray's log files; its debug_state*.txt count failures by the dozen, mostly zero."""
 ENGINE_LOG_MARKS = ("GPU KV cache size", "Maximum concurrency")
-ENGINE_SERIES = ("thinktier_kv_cache_occupancy_ratio", "thinktier_requests_running", "thinktier_requests_waiting")
-FINAL_SERIES = (*ENGINE_SERIES, "thinktier_preemptions_total", "thinktier_degraded_requests_total")
 LABEL_ORDER = ("tier", "replica")
 """Labels that lead a series key (other labels follow by name): 'tier/replica'."""
 PRINT_EVERY_S = 10.0
@@ -152,26 +149,28 @@ def load_window(samples: Sequence[Sample], duration_s: float) -> tuple[float, fl
 # ---- /metrics, nvidia-smi, Ray logs -------------------------------------------------------------
 
 
-def series_key(labels: dict[str, str]) -> str:
+def series_key(labels: dict[str, str], keep: dict[str, str] | None = None) -> str:
+    """Label values joined by '/', 'tier' and 'replica' first; with `keep`, only those labels, renamed."""
+    if keep is not None:
+        labels = {keep[n]: v for n, v in labels.items() if n in keep}
     names = sorted(labels, key=lambda n: (LABEL_ORDER.index(n) if n in LABEL_ORDER else len(LABEL_ORDER), n))
     return "/".join(labels[n] for n in names)
 
 
-def parse_series(text: str, names: Iterable[str]) -> dict[str, dict[str, float]]:
-    """{series without 'thinktier_': {label values joined by '/' (e.g. 'tier/replica'): value}} from a /metrics page."""
-    wanted = set(names)
+def parse_series(text: str, series: Series) -> dict[str, dict[str, float]]:
+    """{recorded name: {label values joined by '/' (e.g. 'tier/replica'): value}} from a /metrics page."""
     out: dict[str, dict[str, float]] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if sample.name in wanted:
-                out.setdefault(sample.name.removeprefix("thinktier_"), {})[series_key(sample.labels)] = sample.value
+            if sample.name in series.names:
+                out.setdefault(series.names[sample.name], {})[series_key(sample.labels, series.labels)] = sample.value
     return out
 
 
-def fetch_series(url: str, names: Iterable[str], timeout_s: float) -> dict[str, dict[str, float]]:
-    response = httpx.get(f"{url}/metrics", timeout=timeout_s)
+def fetch_series(metrics_url: str, series: Series, timeout_s: float) -> dict[str, dict[str, float]]:
+    response = httpx.get(metrics_url, timeout=timeout_s)
     response.raise_for_status()
-    return parse_series(response.text, names)
+    return parse_series(response.text, series)
 
 
 def nvidia_smi(query: str, *fields: str) -> list[list[str]]:
@@ -230,11 +229,12 @@ def sample_line(sample: Sample) -> str:
 
 
 class Sampler(threading.Thread):
-    """Every `every_s` seconds: CPU per process since the last reading, thinktier's engine series, GPU utilization."""
+    """Every `every_s` seconds: CPU per process since the last reading, the engine series, GPU utilization."""
 
-    def __init__(self, url: str, every_s: float, clock: Clock) -> None:
+    def __init__(self, metrics_url: str, series: Series, every_s: float, clock: Clock) -> None:
         super().__init__(daemon=True)
-        self.url = url
+        self.metrics_url = metrics_url
+        self.series = series
         self.every_s = every_s
         self.clock = clock
         self.samples: list[Sample] = []
@@ -253,7 +253,7 @@ class Sampler(threading.Thread):
                 top=[p for p in loads if p.percent >= 5], engine={}, gpu=gpu_stats(),
             )
             try:
-                sample.engine = fetch_series(self.url, ENGINE_SERIES, timeout_s=min(self.every_s, 3.0))
+                sample.engine = fetch_series(self.metrics_url, self.series, timeout_s=min(self.every_s, 3.0))
             except (httpx.HTTPError, ValueError) as exc:
                 sample.metrics_error = f"{type(exc).__name__}: {exc}"[:200]
             self.samples.append(sample)
@@ -268,17 +268,16 @@ class Sampler(threading.Thread):
         return self.samples
 
 
-# ---- thinktier up -------------------------------------------------------------------------------
+# ---- the server ---------------------------------------------------------------------------------
 
 
-class UpProcess:
-    """`thinktier up` in its own process group (so that a stop reaches what it started), output to a log file."""
+class ServerProcess:
+    """The config's server (`thinktier up`, or the peer) in its own process group (so that a stop reaches what it
+    started), output to a log file."""
 
-    def __init__(self, policy: Path, port: int, timeout_s: float, log_path: Path) -> None:
+    def __init__(self, command: list[str], log_path: Path) -> None:
         self.log_path = log_path
         self._seen = 0
-        command = [sys.executable, "-u", "-m", "cli.main", "up", "--policy", str(policy), "--port", str(port),
-                   "--timeout", str(timeout_s)]
         with log_path.open("w") as log:
             self.process = subprocess.Popen(
                 command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
@@ -292,17 +291,17 @@ class UpProcess:
         new, self._seen = lines[self._seen :], len(lines)
         return new
 
-    def wait_ready(self, url: str, timeout_s: float) -> str | None:
-        """None once GET /readyz answers 200; otherwise why not. New progress and error lines are printed."""
+    def wait_ready(self, ready_url: str, timeout_s: float) -> str | None:
+        """None once GET `ready_url` answers 200; otherwise why not. New progress and error lines are printed."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             for line in self.new_lines():
                 if line.startswith("[") or any(m in line for m in UP_ERROR_MARKS):
                     print("    up| " + line[:240], flush=True)
             if self.process.poll() is not None:
-                return f"thinktier up exited with {self.process.returncode}"
+                return f"the server exited with {self.process.returncode}"
             try:
-                if httpx.get(f"{url}/readyz", timeout=5).status_code == 200:
+                if httpx.get(ready_url, timeout=5).status_code == 200:
                     return None
             except httpx.HTTPError:
                 pass
@@ -310,13 +309,13 @@ class UpProcess:
         return f"not ready after {timeout_s:.0f} s"
 
     def stop(self, wait_s: float, clock: Clock) -> None:
-        """SIGINT to the group (`up` stops Serve and Ray), then SIGKILL to whatever of the group is left."""
+        """SIGINT to the group (the server stops Serve and Ray), then SIGKILL to whatever of the group is left."""
         try:
             if self.process.poll() is None:
                 os.killpg(self.process.pid, signal.SIGINT)
                 self.process.wait(wait_s)
         except subprocess.TimeoutExpired:
-            clock.log(f"  thinktier up did not stop in {wait_s:.0f} s; SIGKILL")
+            clock.log(f"  the server did not stop in {wait_s:.0f} s; SIGKILL")
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.process.pid, signal.SIGKILL)
         self.process.wait(10)
@@ -356,28 +355,10 @@ async def _send_all(
         return list(await asyncio.gather(*calls))
 
 
-def chat_model(policy: Policy) -> str | None:
-    chat = policy.routing.chat_tier
-    return policy.served_name(chat) if chat is not None else None
-
-
-def warm_up(url: str, policy: Policy) -> dict[str, int]:
-    """Eight tiny auto-routed requests at once (two more to the chat tier when there is one), so that no replica's
-    first-request cost lands in the measurement. Returns the replies' 'status tier', counted."""
-    auto = RequestOptions(model=AUTO_MODEL, max_tokens=8, reasoning_effort="low", max_thinking_tokens=16)
-    bodies = [(auto, f"Warm-up {i}: what is {i} + {i}?") for i in range(8)]
-    if (chat := chat_model(policy)) is not None:
-        bodies += [(RequestOptions(model=chat, max_tokens=8), "Hi")] * 2
-    results = asyncio.run(_send_all(url, bodies, sequential=False, timeout_s=60))
+def warm_up(url: str, config: Config, policy: Policy) -> dict[str, int]:
+    """The config's warm-up requests at once. Returns the replies' 'status tier', counted."""
+    results = asyncio.run(_send_all(url, config.warm_up_bodies(policy), sequential=False, timeout_s=60))
     return dict(Counter(f"{r.status} {r.decision.get('tier', '-')}" for r in results))
-
-
-def idle_options(policy: Policy) -> RequestOptions:
-    """A 256-token answer with no thinking: from the chat tier when the policy has one, else the auto model at low
-    effort with a thinking budget of 0."""
-    if (chat := chat_model(policy)) is not None:
-        return RequestOptions(model=chat, max_tokens=IDLE_ANSWER_TOKENS)
-    return RequestOptions(model=AUTO_MODEL, max_tokens=IDLE_ANSWER_TOKENS, reasoning_effort="low", max_thinking_tokens=0)
 
 
 def _median(values: Iterable[float | int | None]) -> float | None:
@@ -398,8 +379,8 @@ def idle_summary(model: str, results: Sequence[RequestResult]) -> IdleProbe:
     )
 
 
-def idle_probe(url: str, policy: Policy, requests: int = 3) -> IdleProbe:
-    options = idle_options(policy)
+def idle_probe(url: str, config: Config, policy: Policy, requests: int = 3) -> IdleProbe:
+    options = config.idle_options(policy)
     results = asyncio.run(_send_all(url, [(options, IDLE_PROMPT)] * requests, sequential=True, timeout_s=120))
     return idle_summary(options.model or AUTO_MODEL, results)
 
@@ -407,11 +388,11 @@ def idle_probe(url: str, policy: Policy, requests: int = 3) -> IdleProbe:
 # ---- the load test ------------------------------------------------------------------------------
 
 
-def loadtest_command(url: str, load: LoadArgs, out_dir: Path) -> list[str]:
+def loadtest_command(url: str, load: LoadArgs, out_dir: Path, extra: Sequence[str] = ()) -> list[str]:
     return [
         sys.executable, "-m", "cli.main", "loadtest", "run", "--url", url, "--policy", str(load.slo_policy),
         "--rate", str(load.rate), "--shape", str(load.shape), "--duration", str(load.duration_s), "--seed", str(load.seed),
-        "--mix", load.mix, "--request-timeout", str(load.request_timeout_s), "--no-progress", "--out", str(out_dir),
+        "--mix", load.mix, "--request-timeout", str(load.request_timeout_s), "--no-progress", "--out", str(out_dir), *extra,
     ]
 
 
@@ -435,17 +416,19 @@ def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def run_load(record: ConfigRun, settings: Settings, clock: Clock) -> None:
+def run_load(record: ConfigRun, config: Config, policy: Policy, settings: Settings, clock: Clock) -> None:
     """The load test as a subprocess while the sampler runs; its report and requests are copied to --out, the end
     of its output kept in the record."""
     out, name = settings.out, record.name
     with tempfile.TemporaryDirectory(prefix=f"thinktier-fullstack-{name}-") as tmp:
         report_dir, log_path = Path(tmp) / "loadtest", Path(tmp) / "loadtest.log"
-        record.load_command = loadtest_command(settings.url, settings.load, report_dir)
+        record.load_command = loadtest_command(
+            settings.url, settings.load, report_dir, config.loadtest_args(policy, settings.url)
+        )
         natural = settings.load.duration_s + settings.load.request_timeout_s + 60
         limit = clock.budget(natural, STOP_RESERVE_S)
         clock.log(f"  load test (cut after {limit:.0f} s): {' '.join(record.load_command[3:])}")
-        sampler = Sampler(settings.url, settings.sample_every_s, clock)
+        sampler = Sampler(config.metrics_url(settings.url), config.engine_series, settings.sample_every_s, clock)
         sampler.start()
         started = time.monotonic()
         with log_path.open("w") as log:
@@ -472,7 +455,7 @@ def run_load(record: ConfigRun, settings: Settings, clock: Clock) -> None:
     if (out / f"{name}-requests.jsonl").exists():
         record.failures = failures(read_jsonl(out / f"{name}-requests.jsonl"))
     try:
-        record.final_metrics = fetch_series(settings.url, FINAL_SERIES, timeout_s=10)
+        record.final_metrics = fetch_series(config.metrics_url(settings.url), config.final_series, timeout_s=10)
     except (httpx.HTTPError, ValueError) as exc:
         clock.log(f"  final /metrics failed: {exc}")
 
@@ -480,16 +463,17 @@ def run_load(record: ConfigRun, settings: Settings, clock: Clock) -> None:
 # ---- one policy, all policies -------------------------------------------------------------------
 
 
-def run_config(name: str, policy_path: Path, settings: Settings, clock: Clock) -> ConfigRun:
-    """Start, measure and stop one policy. Never raises for the stack's trouble: that is recorded in `error`."""
-    out = settings.out
-    record = ConfigRun(name=name, policy=str(policy_path), started_unix=time.time())
-    clock.log(f"===== {name}: {policy_path}")
-    policy = load_policy(policy_path)
+def run_config(config: Config, settings: Settings, clock: Clock) -> ConfigRun:
+    """Start, measure and stop one config. Never raises for the stack's trouble: that is recorded in `error`."""
+    out, name = settings.out, config.name
+    record = ConfigRun(name=name, kind=config.kind, policy=str(config.policy), started_unix=time.time())
+    clock.log(f"===== {name}: {config.kind} on {config.policy}")
+    policy = load_policy(config.policy)
     started = time.monotonic()
-    up = UpProcess(policy_path, settings.port, settings.ready_timeout_s, out / f"{name}-up.log")
+    up = ServerProcess(config.start_command(settings.port, settings.ready_timeout_s), out / f"{name}-up.log")
     try:
-        record.error = up.wait_ready(settings.url, clock.budget(settings.ready_timeout_s + 20, STOP_RESERVE_S))
+        ready_url = settings.url + config.ready_path()
+        record.error = up.wait_ready(ready_url, clock.budget(settings.ready_timeout_s + 20, STOP_RESERVE_S))
         record.up_s = round(time.monotonic() - started, 1)
         if record.error is not None:
             clock.log(f"  NOT READY ({record.error}) after {record.up_s} s; the up log ends:")
@@ -500,21 +484,21 @@ def run_config(name: str, policy_path: Path, settings: Settings, clock: Clock) -
             return record
         record.gpu_after_up = gpu_stats()
         record.engine_log_lines = ray_log_lines(ENGINE_LOG_MARKS, 12, record.started_unix)
-        clock.log(f"  /readyz 200 after {record.up_s} s; GPUs {[g.model_dump() for g in record.gpu_after_up]}")
+        clock.log(f"  {config.ready_path()} 200 after {record.up_s} s; GPUs {[g.model_dump() for g in record.gpu_after_up]}")
         for line in record.engine_log_lines:
             print("    ray| " + line, flush=True)
-        record.warm_up = warm_up(settings.url, policy)
+        record.warm_up = warm_up(settings.url, config, policy)
         clock.log(f"  warm-up: {record.warm_up}")
-        record.idle = idle_probe(settings.url, policy)
+        record.idle = idle_probe(settings.url, config, policy)
         clock.log(f"  idle probe ({record.idle.model}): " + "; ".join(
             f"{r.status} ttft {fmt(r.ttft_s)} s e2e {fmt(r.e2e_s)} s {r.completion_tokens} tok" for r in record.idle.replies
         ))
-        run_load(record, settings, clock)
+        run_load(record, config, policy, settings, clock)
     except Exception as exc:  # the run goes on to the next policy; the cause is kept
         record.error = f"{type(exc).__name__}: {exc}"
         clock.log(f"  {name} failed: {record.error}")
     finally:
-        clock.log(f"  stopping thinktier ({name})")
+        clock.log(f"  stopping {config.kind} ({name})")
         stopping = time.monotonic()
         up.stop(clock.budget(90, 20), clock)
         wait_gpus_empty(clock.budget(60, 5), clock)
@@ -529,7 +513,7 @@ def min_left_s(load: LoadArgs) -> float:
     return MIN_CONFIG_S + load.duration_s
 
 
-def run(configs: Sequence[tuple[str, Path]], settings: Settings) -> list[ConfigRun]:
+def run(configs: Sequence[Config], settings: Settings) -> list[ConfigRun]:
     """Every policy in order, each skipped when less than `min_left_s` remain; fullstack.md and a SUMMARY line after
     each. Files in the output folder, five per policy and one in all, since the GPU machine returns at most 8 files a
     call: NAME-up.log, NAME-report.{json,md}, NAME-requests.jsonl, NAME-fullstack.json, and fullstack.md, which
@@ -538,13 +522,13 @@ def run(configs: Sequence[tuple[str, Path]], settings: Settings) -> list[ConfigR
     settings.out.mkdir(parents=True, exist_ok=True)
     needed = min_left_s(settings.load)
     runs = []
-    for name, policy in configs:
+    for config in configs:
         if clock.left() < needed:
-            clock.log(f"SKIP {name}: {clock.left():.0f} s left before the deadline, {needed:.0f} s needed")
+            clock.log(f"SKIP {config.name}: {clock.left():.0f} s left before the deadline, {needed:.0f} s needed")
             continue
-        record = run_config(name, policy, settings, clock)
+        record = run_config(config, settings, clock)
         runs.append(record)
         write_summary(settings.out)
-        print(summary_line(summary_row(record, saved_report(settings.out, name))), flush=True)
+        print(summary_line(summary_row(record, saved_report(settings.out, config.name))), flush=True)
     clock.log("done")
     return runs

@@ -72,9 +72,11 @@ class Failures(BaseModel):
 
 
 class ConfigRun(BaseModel):
-    """Everything measured for one policy; saved as NAME-fullstack.json."""
+    """Everything measured for one config; saved as NAME-fullstack.json."""
 
     name: str
+    kind: str = "thinktier"
+    """What served it: 'thinktier', or 'ray-serve-llm' (the peer on the policy's reasoning tier)."""
     policy: str
     started_unix: float
     up_s: float | None = None

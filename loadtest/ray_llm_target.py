@@ -1,11 +1,11 @@
 """Ray Serve LLM's OpenAI app (`ray.serve.llm.build_openai_app`) on the same model and vLLM engine settings
-as a thinktier tier: the peer that `thinktier loadtest compare` measures against.
+as a thinktier tier: the peer that `thinktier loadtest compare` and `thinktier bench fullstack` measure against.
 
 It gets the tier's vLLM engine arguments (the same function builds them as for thinktier's own engines), its
-thread binding on CPU, and on a thinking tier the same prompt (thinking opened after the chat template) and a
-reasoning parser; nothing that is thinktier's own: no difficulty routing, no thinking budgets, no request
-priorities, no shedding.
-"""
+replica count, its thread binding on CPU, and on a thinking tier the same prompt (thinking opened after the chat
+template) and a reasoning parser; Ray Serve LLM's prefix-cache-aware request router. Nothing that is thinktier's
+own: no difficulty routing, no budget per difficulty, no request priorities, no shedding. `peer_options` gives its
+requests one budget through vLLM's own request fields."""
 
 from __future__ import annotations
 
@@ -19,12 +19,17 @@ import httpx
 
 from deployments.engine import engine_kwargs
 from deployments.models import resolve_model
-from policies.schema import Tier
+from loadtest.client import RequestOptions
+from policies.schema import Policy, Tier
 
 REASONING_PARSER = "deepseek_r1"
 """Reads the text up to the closing think token as `reasoning`, the opening one being in the prompt, as on R1 models."""
 THINKTIER_ONLY_ENGINE_ARGS = ("model", "scheduling_policy")
 """Not passed on: Ray Serve LLM names the model itself, and it sets no request priorities to schedule by."""
+PEER_MODEL_ID = "ray-llm"
+"""The name Ray Serve LLM serves the model under."""
+PREFIX_AWARE_ROUTER = "ray.serve.llm.request_router.PrefixCacheAffinityRouter"
+"""Ray Serve LLM's prefix-cache-aware request router: its best setting for replicas that cache prompt prefixes."""
 
 
 @dataclass(frozen=True)
@@ -36,6 +41,8 @@ class RayLLMSettings:
     accelerator: str = "cpu"
     accelerator_type: str | None = None
     num_cpus: float = 1.0
+    scaling: dict[str, Any] = field(default_factory=lambda: {"num_replicas": 1})
+    """`num_replicas`, or Ray Serve's default `autoscaling_config` between the tier's min and max replicas."""
 
 
 def thinking_chat_template(model_path: str, think_start: str) -> str | None:
@@ -51,7 +58,7 @@ def thinking_chat_template(model_path: str, think_start: str) -> str | None:
     return tokenizer.chat_template + "{% if add_generation_prompt %}" + opened + "{% endif %}"
 
 
-def settings_from_tier(tier: Tier, model_id: str = "ray-llm", cpu_threads: str | None = None) -> RayLLMSettings:
+def settings_from_tier(tier: Tier, model_id: str = PEER_MODEL_ID, cpu_threads: str | None = None) -> RayLLMSettings:
     """Ray Serve LLM settings equivalent to one replica of `tier`; `cpu_threads` overrides the tier's binding."""
     model_path = resolve_model(tier.model)
     kwargs = {k: v for k, v in engine_kwargs(tier, model_path).items() if k not in THINKTIER_ONLY_ENGINE_ARGS}
@@ -60,13 +67,41 @@ def settings_from_tier(tier: Tier, model_id: str = "ray-llm", cpu_threads: str |
         template = thinking_chat_template(model_path, tier.think_start)
         if template is not None:
             kwargs["chat_template"] = template
+    scaling = replica_scaling(tier)
     if tier.pool.accelerator == "gpu":
-        return RayLLMSettings(model_path, model_id, kwargs, accelerator="gpu", accelerator_type=tier.pool.accelerator_type)
+        return RayLLMSettings(
+            model_path, model_id, kwargs, accelerator="gpu", accelerator_type=tier.pool.accelerator_type, scaling=scaling
+        )
     env = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
     threads = cpu_threads or tier.engine.cpu_threads
     if threads:
         env["VLLM_CPU_OMP_THREADS_BIND"] = threads
-    return RayLLMSettings(model_path, model_id, kwargs, env=env, num_cpus=tier.pool.num_cpus)
+    return RayLLMSettings(model_path, model_id, kwargs, env=env, num_cpus=tier.pool.num_cpus, scaling=scaling)
+
+
+def replica_scaling(tier: Tier) -> dict[str, Any]:
+    """The tier's replica count; between min and max, Ray Serve's own autoscaling (its default target)."""
+    replicas = tier.replicas
+    if replicas.min == replicas.max:
+        return {"num_replicas": replicas.min}
+    return {
+        "autoscaling_config": {
+            "min_replicas": replicas.min, "max_replicas": replicas.max, "initial_replicas": replicas.initial
+        }
+    }
+
+
+def peer_options(policy: Policy, tier_name: str, model_id: str) -> RequestOptions:
+    """What every request to the peer carries so that it spends what thinktier's one-budget pool spends: the tier's
+    budget at the policy's default effort, the thinking part as vLLM's `thinking_token_budget` and the whole as
+    `max_tokens` (vLLM counts thinking and answer against it)."""
+    tier = policy.tiers[tier_name]
+    budget = tier.budgets[policy.routing.default_effort]
+    return RequestOptions(
+        model=model_id,
+        max_tokens=budget.thinking_tokens + budget.answer_tokens,
+        thinking_token_budget=budget.thinking_tokens if tier.thinking else None,
+    )
 
 
 def serving_args(settings: RayLLMSettings) -> dict[str, Any]:
@@ -81,7 +116,7 @@ def llm_config(settings: RayLLMSettings) -> dict[str, Any]:
     config: dict[str, Any] = {
         "model_loading_config": {"model_id": settings.model_id, "model_source": settings.model_path},
         "engine_kwargs": settings.engine_kwargs,
-        "deployment_config": {"num_replicas": 1},
+        "deployment_config": {**settings.scaling, "request_router_config": {"request_router_class": PREFIX_AWARE_ROUTER}},
         "runtime_env": {"env_vars": settings.env},
     }
     if settings.accelerator == "cpu":

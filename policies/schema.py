@@ -84,6 +84,14 @@ class Pool(StrictModel):
     accelerator_type: str | None = Field(None, description="Ray accelerator type, e.g. 'H100' (GPU pools).")
     num_cpus: float = Field(1.0, gt=0, description="Ray CPUs per replica.")
     memory_gib: float = Field(4.0, gt=0, description="Host memory per replica, GiB (KV offload buffers included).")
+    gpu_fraction: float = Field(
+        1.0,
+        gt=0,
+        le=1,
+        description="GPU pools: share of one GPU a replica asks Ray for. Below 1, replicas of several tiers share a GPU "
+        "(e.g. a light chat tier beside a reasoning replica); needs engine.tensor_parallel_size 1 and "
+        "engine.gpu_memory_utilization no larger than this share. On Kubernetes each pod still gets one whole GPU.",
+    )
     node_selector: dict[str, str] = Field(default_factory=dict, description="Kubernetes node selector of the pool.")
     tolerations: list[dict[str, str]] = Field(default_factory=list, description="Kubernetes tolerations of the pool.")
 
@@ -215,13 +223,30 @@ class Tier(StrictModel):
                 problems.append(f"budgets.{effort}.thinking_tokens: must be 0 on a tier with thinking: false")
         return problems
 
+    def _gpu_problems(self) -> list[str]:
+        engine, share = self.engine, self.pool.gpu_fraction
+        problems = []
+        if engine.cpu_threads is not None:
+            problems.append("engine.cpu_threads: applies to CPU tiers only; remove it or set pool.accelerator: gpu")
+        if share < 1 and engine.tensor_parallel_size != 1:
+            problems.append(
+                f"pool.gpu_fraction: a replica can share a GPU only with engine.tensor_parallel_size 1 "
+                f"(got {engine.tensor_parallel_size}); set gpu_fraction: 1"
+            )
+        if engine.gpu_memory_utilization > share:
+            problems.append(
+                f"engine.gpu_memory_utilization: {engine.gpu_memory_utilization} exceeds pool.gpu_fraction ({share}); "
+                f"a replica that shares its GPU may claim at most its share of the memory"
+            )
+        return problems
+
     def _accelerator_problems(self) -> list[str]:
         engine = self.engine
         if self.pool.accelerator == "gpu":
-            if engine.cpu_threads is not None:
-                return ["engine.cpu_threads: applies to CPU tiers only; remove it or set pool.accelerator: gpu"]
-            return []
+            return self._gpu_problems()
         problems = []
+        if self.pool.gpu_fraction != 1:
+            problems.append("pool.gpu_fraction: applies to GPU pools only; remove it or set pool.accelerator: gpu")
         if engine.kv_offloading.enabled:
             problems.append(
                 "engine.kv_offloading: vLLM offloads KV to CPU memory only from CUDA or XPU GPUs; "

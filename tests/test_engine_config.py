@@ -3,12 +3,15 @@ policy alone decides (KV offload on a CPU tier), at engine start where the servi
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from deployments import engine
 from deployments.engine import HostCannotServe, check_host, engine_kwargs
 from policies.loader import PolicyError, load_policy, parse_policy
 
+EXAMPLES = Path(__file__).resolve().parents[1] / "policies" / "examples"
 CPU_TIER = """
 version: 1
 tiers:
@@ -60,3 +63,13 @@ def test_default_policy_cpu_engine_arguments() -> None:
     kwargs = engine_kwargs(load_policy().tiers["chat"], "/m")
     assert kwargs["dtype"] == "float32" and kwargs["enforce_eager"] is True
     assert "kv_offloading_size" not in kwargs and kwargs["kv_cache_dtype"] == "auto"
+
+
+def test_tiers_that_share_a_gpu_ask_ray_for_their_share() -> None:
+    from cluster.serve_config import deployment_options, tier_deployment_name
+
+    policy = load_policy(EXAMPLES / "gpu-fullstack-tiered.yaml")
+    options = deployment_options(policy)
+    asks = {name: options[tier_deployment_name(name)]["ray_actor_options"]["num_gpus"] for name in policy.tiers}
+    assert asks == {"reasoning": 0.75, "chat": 0.25}  # two reasoning replicas on two GPUs, the chat replica beside one
+    assert options[tier_deployment_name("reasoning")]["num_replicas"] == 2

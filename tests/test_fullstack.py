@@ -22,7 +22,6 @@ from loadtest.fullstack import (
     LoadArgs,
     cpu_stats,
     failures,
-    idle_options,
     idle_summary,
     load_window,
     loadtest_command,
@@ -30,6 +29,7 @@ from loadtest.fullstack import (
 )
 from loadtest.fullstack_record import ConfigRun, CpuStat, Failures, IdleProbe, Sample
 from loadtest.fullstack_report import summary_line, summary_row, write_summary
+from loadtest.fullstack_targets import PEER_FINAL, THINKTIER_FINAL, Config
 from loadtest.metrics_scraper import MetricsTimeline, TierSample
 from loadtest.process_cpu import ClassCPU, ProcCPU, by_class, classify, parse_stat, process_loads, read_processes
 from loadtest.report import Report, build_report
@@ -40,6 +40,7 @@ from policies.schema import SLO
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "policies" / "examples"
 TIERED, ONEPOOL = EXAMPLES / "gpu-tiered.yaml", EXAMPLES / "gpu-onepool.yaml"
+PEER = Config("ray-serve-llm", ONEPOOL, "ray-serve-llm")
 HZ = 100
 
 # ---- /proc ------------------------------------------------------------------------------------------
@@ -150,11 +151,31 @@ def test_engine_series_are_read_from_thinktier_metrics_page() -> None:
         "chat": {"c1": ReplicaStats(kv_occupancy=0.01, num_running=1)},
     }
     page = generate_latest(ServiceMetrics(lambda: stats, dict).registry).decode()
-    series = parse_series(page, fullstack.FINAL_SERIES)
+    series = parse_series(page, THINKTIER_FINAL)
     assert series["kv_cache_occupancy_ratio"] == {"reasoning/r1": 0.75, "chat/c1": 0.01}
     assert series["requests_running"] == {"reasoning/r1": 40, "chat/c1": 1}
     assert series["requests_waiting"] == {"reasoning/r1": 2, "chat/c1": 0}
     assert series["preemptions_total"] == {"reasoning/r1": 9, "chat/c1": 0}
+
+
+def test_the_peer_series_are_read_from_ray_metrics_page_by_model_and_worker() -> None:
+    ray_labels = 'Component="core_worker",NodeAddress="10.0.0.1",SessionName="s1",engine="0",model_name="ray-llm"'
+    page = "\n".join([
+        "# TYPE ray_vllm_kv_cache_usage_perc gauge",
+        f'ray_vllm_kv_cache_usage_perc{{{ray_labels},WorkerId="w1"}} 0.97',
+        f'ray_vllm_kv_cache_usage_perc{{{ray_labels},WorkerId="w2"}} 0.5',
+        "# TYPE ray_vllm_num_requests_waiting gauge",
+        f'ray_vllm_num_requests_waiting{{{ray_labels},WorkerId="w1"}} 12',
+        "# TYPE ray_vllm_num_preemptions counter",
+        f'ray_vllm_num_preemptions_total{{{ray_labels},WorkerId="w1"}} 31',
+        "# TYPE ray_vllm_prompt_tokens counter",
+        f'ray_vllm_prompt_tokens_total{{{ray_labels},WorkerId="w1"}} 5000',
+    ]) + "\n"
+    assert parse_series(page, PEER_FINAL) == {
+        "kv_cache_occupancy_ratio": {"ray-llm/w1": 0.97, "ray-llm/w2": 0.5},
+        "requests_waiting": {"ray-llm/w1": 12},
+        "preemptions_total": {"ray-llm/w1": 31},
+    }
 
 
 def result(index: int, klass: str, status: int | None, error: str | None = None, **times: float) -> RequestResult:
@@ -177,12 +198,16 @@ def test_outcomes_are_counted_from_requests_jsonl_as_the_report_counts_them() ->
 
 
 def test_idle_probe_asks_the_chat_tier_or_the_auto_model_without_thinking() -> None:
-    chat = idle_options(load_policy(TIERED)).body("hi")
+    chat = Config("tiered", TIERED).idle_options(load_policy(TIERED)).body("hi")
     assert (chat["model"], chat["max_tokens"], chat["stream_options"]) == ("thinktier-chat", 256, {"include_usage": True})
     assert "max_thinking_tokens" not in chat
-    auto = idle_options(load_policy(ONEPOOL)).body("hi")
+    auto = Config("onepool", ONEPOOL).idle_options(load_policy(ONEPOOL)).body("hi")
     assert {k: auto[k] for k in ("model", "max_tokens", "reasoning_effort", "max_thinking_tokens")} == {
         "model": "thinktier", "max_tokens": 256, "reasoning_effort": "low", "max_thinking_tokens": 0
+    }
+    peer = PEER.idle_options(load_policy(ONEPOOL)).body("hi")
+    assert {k: peer.get(k) for k in ("model", "max_tokens", "thinking_token_budget", "reasoning_effort")} == {
+        "model": "ray-llm", "max_tokens": 256, "thinking_token_budget": 0, "reasoning_effort": None
     }
 
 
@@ -207,6 +232,26 @@ def test_the_load_command_is_one_the_loadtest_cli_accepts(tmp_path: Path) -> Non
         "http://127.0.0.1:8000", TIERED, (4.0,), 0.5, 90.0, 1
     )
     assert (args.mix, args.request_timeout, args.no_progress, args.out) == (Mix.parse(load.mix), 180.0, True, tmp_path)
+    assert (args.model, args.max_tokens, args.thinking_token_budget, args.exporter) == ("thinktier", None, None, "thinktier")
+
+
+def test_the_peer_gets_the_pools_default_effort_budget_through_vllms_fields(tmp_path: Path) -> None:
+    load = LoadArgs(TIERED, 4.0, 0.5, 90.0, 1, "easy=1", 180.0)
+    url = "http://127.0.0.1:8000"
+    args = build_parser().parse_args(loadtest_command(url, load, tmp_path, PEER.loadtest_args(load_policy(ONEPOOL), url))[3:])
+    medium = load_policy(ONEPOOL).tiers["reasoning"].budgets["medium"]  # gpu-onepool.yaml: default_effort medium
+    assert (args.model, args.max_tokens, args.thinking_token_budget) == (
+        "ray-llm", medium.thinking_tokens + medium.answer_tokens, medium.thinking_tokens
+    )
+    assert (args.metrics_url, args.exporter) == ("http://127.0.0.1:8090/metrics", "ray-serve-llm")
+
+
+def test_each_config_starts_its_own_server_command() -> None:
+    up = build_parser().parse_args(Config("tiered", TIERED).start_command(8000, 300.0)[4:])
+    assert (Path(up.policy), up.port, up.timeout) == (TIERED, 8000, 300.0)
+    peer = build_parser().parse_args(PEER.start_command(8000, 300.0)[4:])
+    assert (Path(peer.policy), peer.port, peer.metrics_port, peer.ready_timeout, peer.tier) == (ONEPOOL, 8000, 8090, 300.0, None)
+    assert (Config("tiered", TIERED).ready_path(), PEER.ready_path()) == ("/readyz", "/v1/models")
 
 
 # ---- summary from saved JSON ----------------------------------------------------------------------------
@@ -298,12 +343,15 @@ def fullstack_parser() -> argparse.ArgumentParser:
 
 def test_the_device_invocation_parses() -> None:
     args = fullstack_parser().parse_args(shlex.split(
-        "fullstack --config tiered=policies/examples/gpu-tiered.yaml --config onepool=policies/examples/gpu-onepool.yaml "
+        "fullstack --config tiered=policies/examples/gpu-tiered.yaml --peer ray=policies/examples/gpu-onepool.yaml "
+        "--config onepool=policies/examples/gpu-onepool.yaml "
         "--slo-policy policies/examples/gpu-tiered.yaml --rate 4 --shape 0.5 --duration 90 --seed 1 "
         "--mix easy=0.5,medium=0.3,hard=0.1,chat=0.1 --request-timeout 180 --out /tmp/out --deadline 570"
     ))
-    assert [name for name, _ in args.config] == ["tiered", "onepool"]
-    assert all(path.is_absolute() for _, path in args.config)
+    assert [(c.name, c.kind) for c in args.config] == [
+        ("tiered", "thinktier"), ("ray", "ray-serve-llm"), ("onepool", "thinktier")
+    ]
+    assert all(c.policy.is_absolute() for c in args.config)
     assert (args.rate, args.shape, args.duration, args.seed, args.request_timeout, args.deadline) == (4, 0.5, 90, 1, 180, 570)
     with pytest.raises(SystemExit):
         fullstack_parser().parse_args(["fullstack", "--config", "no-equals-sign"])

@@ -31,7 +31,7 @@ from loadtest.report import build_report, class_stats
 from loadtest.runner import RunRecord, RunSettings, Target, run_closed_loop
 from loadtest.workload import Mix, Prompt, PromptPool, WorkItem, arrival_times, closed_loop, gamma_interarrivals, open_loop
 from policies.loader import load_policy
-from policies.schema import SLO
+from policies.schema import SLO, Replicas
 from tests.conftest import TINY_POLICY
 
 # ---- arrivals and mix ------------------------------------------------------------------------------
@@ -312,3 +312,26 @@ def test_ray_serve_llm_gets_the_tier_engine_and_the_thinking_opened_prompt() -> 
     )
     assert prompt.endswith("<|im_start|>assistant\n" + tier.think_start + "\n")
     assert settings.engine_kwargs["reasoning_parser"] == "deepseek_r1"
+
+
+def test_ray_serve_llm_gets_the_tier_replicas_and_its_prefix_aware_router() -> None:
+    from loadtest.ray_llm_target import llm_config, replica_scaling
+
+    tier = load_policy(TINY_POLICY).tiers["reasoning"]
+    two = tier.model_copy(update={"replicas": Replicas(min=2, max=2)})
+    assert llm_config(settings_from_tier(two))["deployment_config"] == {
+        "num_replicas": 2,
+        "request_router_config": {"request_router_class": "ray.serve.llm.request_router.PrefixCacheAffinityRouter"},
+    }
+    scaled = tier.model_copy(update={"replicas": Replicas(min=1, max=4)})
+    assert replica_scaling(scaled) == {"autoscaling_config": {"min_replicas": 1, "max_replicas": 4, "initial_replicas": None}}
+
+
+def test_the_peer_spends_the_default_effort_budget_through_vllms_own_fields() -> None:
+    from loadtest.ray_llm_target import peer_options
+
+    policy = load_policy(TINY_POLICY.with_name("gpu-onepool.yaml"))
+    body = peer_options(policy, "reasoning", "ray-llm").body("2+2?")
+    assert {k: body.get(k) for k in ("model", "max_tokens", "thinking_token_budget", "max_thinking_tokens")} == {
+        "model": "ray-llm", "max_tokens": 1536 + 512, "thinking_token_budget": 1536, "max_thinking_tokens": None
+    }

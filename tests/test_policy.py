@@ -114,6 +114,20 @@ def test_number_where_a_string_is_needed_says_to_quote_it() -> None:
     ]
 
 
+def test_a_shared_gpu_share_is_checked_against_the_engine() -> None:
+    chat_gpu = "engine: {max_model_len: 2048, kv_cache_memory_gib: 0.25}"
+    on_a_share = "pool: {accelerator: gpu, gpu_fraction: 0.25}\n    " + chat_gpu.replace("}", ", gpu_memory_utilization: 0.2}")
+    shared = edit(chat_gpu, on_a_share)
+    assert parse_policy(shared, "p.yaml").tiers["chat"].pool.gpu_fraction == 0.25
+    [greedy] = problems(edit("gpu_memory_utilization: 0.2", "gpu_memory_utilization: 0.9", shared))
+    assert "tiers.chat" in greedy and "engine.gpu_memory_utilization: 0.9 exceeds pool.gpu_fraction (0.25)" in greedy
+    [split] = problems(edit("kv_cache_memory_gib: 0.25, gpu", "kv_cache_memory_gib: 0.25, tensor_parallel_size: 2, gpu", shared))
+    assert "pool.gpu_fraction: a replica can share a GPU only with engine.tensor_parallel_size 1 (got 2)" in split
+    cpu_pool = "pool: {accelerator: cpu, num_cpus: 0.5}"
+    [cpu] = problems(edit(cpu_pool, cpu_pool.replace("}", ", gpu_fraction: 0.5}")))
+    assert "pool.gpu_fraction: applies to GPU pools only" in cpu
+
+
 def test_invalid_mapping_key_lists_valid_keys() -> None:
     extreme = "      extreme: {thinking_tokens: 1, answer_tokens: 1}\n"
     text = edit("    budgets:\n      low: {thinking_tokens: 64", f"    budgets:\n{extreme}      low: {{thinking_tokens: 64")
