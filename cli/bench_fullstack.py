@@ -55,6 +55,14 @@ def _check_policies(configs: list[Config], slo_policy: Path) -> str | None:
 def _fullstack(args: argparse.Namespace) -> int:
     if args.summarize is not None:
         print(write_summary(args.summarize), end="")
+        if args.baseline is not None:
+            from loadtest.fullstack_compare import write_comparison  # lazily: matplotlib is slow to import
+
+            try:
+                print(write_comparison(args.summarize, args.baseline), end="")
+            except ValueError as exc:
+                print(f"bench fullstack: {exc}", file=sys.stderr)
+                return 2
         return 0
     if not args.config or args.out is None:
         print("bench fullstack: --config or --peer, and --out, are needed (or --summarize DIR)", file=sys.stderr)
@@ -106,4 +114,8 @@ def add_fullstack(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path, default=None, help="output folder")
     p.add_argument("--summarize", type=Path, default=None, metavar="DIR",
                    help="only rebuild DIR/fullstack.md from the NAME-fullstack.json and NAME-report.json there")
+    p.add_argument("--baseline", default=None, metavar="NAME",
+                   help="with --summarize: also write DIR/compare.{md,json} (every metric of `thinktier loadtest compare` "
+                   "as a ratio to config NAME) and PNG plots (TTFVT p99 per class, and per config latency CDFs and KV "
+                   "occupancy)")
     p.set_defaults(func=_fullstack)

@@ -282,7 +282,7 @@ def _peer(args: argparse.Namespace) -> int:
     import signal
     import threading
 
-    from loadtest.ray_llm_target import RayLLMApp, peer_options, settings_from_tier  # lazily: imports transformers
+    from loadtest.ray_llm_target import PEER_READY_LINE, RayLLMApp, peer_options, settings_from_tier  # lazily
 
     try:
         policy = load_policy(args.policy)
@@ -300,7 +300,7 @@ def _peer(args: argparse.Namespace) -> int:
         signal.signal(signum, lambda *_: stop.set())
     with RayLLMApp(settings, args.port, args.metrics_port, args.ready_timeout) as app:
         print(
-            f"Ray Serve LLM serves {settings.model_id!r} ({tier} tier of {args.policy}, {settings.scaling}) at {app.url}/v1; "
+            f"{PEER_READY_LINE} {settings.model_id!r} ({tier} tier of {args.policy}, {settings.scaling}) at {app.url}/v1; "
             f"vLLM metrics at {app.metrics_url}. A load test at {policy.routing.default_effort} effort sends: "
             f"--model {options.model} --max-tokens {options.max_tokens}"
             + (f" --thinking-token-budget {options.thinking_token_budget}" if options.thinking_token_budget is not None else "")

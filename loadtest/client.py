@@ -79,8 +79,15 @@ class RequestResult:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     reasoning_tokens: int | None = None
+    """From the server's usage; when it reports none (vLLM 0.24's OpenAI server), the streamed thinking deltas counted,
+    which is the token count for servers that stream a token per delta, as vLLM does."""
     retry_after_s: float | None = None
     decision: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> RequestResult:
+        """A result read back from a requests.jsonl row (which also names its run)."""
+        return cls(**{k: v for k, v in row.items() if k in cls.__dataclass_fields__})
 
     @property
     def ok(self) -> bool:
@@ -95,8 +102,14 @@ class RequestResult:
         return bool(self.decision.get("degraded"))
 
     @property
+    def thought(self) -> bool:
+        """Whether the stream began with thinking."""
+        return self.ttft_s is not None and (self.ttfvt_s is None or self.ttft_s < self.ttfvt_s)
+
+    @property
     def answer_tokens(self) -> int | None:
-        if self.completion_tokens is None:
+        """Completion tokens that were answer; None when the request thought but the split is unknown."""
+        if self.completion_tokens is None or (self.reasoning_tokens is None and self.thought):
             return None
         return self.completion_tokens - (self.reasoning_tokens or 0)
 
@@ -111,6 +124,7 @@ class _StreamTimer:
     def __init__(self, result: RequestResult, t0: float) -> None:
         self.result = result
         self.t0 = t0
+        self.thinking_deltas = 0
 
     def chunk(self, data: dict[str, Any], now: float) -> None:
         result = self.result
@@ -122,6 +136,7 @@ class _StreamTimer:
             delta = choice.get("delta") or {}
             thinking = _has_text(delta, *REASONING_FIELDS)
             answer = _has_text(delta, "content")
+            self.thinking_deltas += thinking
             if (thinking or answer) and result.ttft_s is None:
                 result.ttft_s = now - self.t0
             if answer and result.ttfvt_s is None:
@@ -132,6 +147,12 @@ class _StreamTimer:
             result.completion_tokens = usage.get("completion_tokens")
             details = usage.get("completion_tokens_details") or {}
             result.reasoning_tokens = details.get("reasoning_tokens")
+
+    def finish(self) -> None:
+        """At the end of the stream: the thinking deltas stand in for a reasoning count the server did not report."""
+        result = self.result
+        if result.reasoning_tokens is None and self.thinking_deltas:
+            result.reasoning_tokens = min(self.thinking_deltas, result.completion_tokens or self.thinking_deltas)
 
 
 async def send(client: httpx.AsyncClient, url: str, item: WorkItem, options: RequestOptions, run_t0: float) -> RequestResult:
@@ -154,6 +175,7 @@ async def send(client: httpx.AsyncClient, url: str, item: WorkItem, options: Req
                 if payload == "[DONE]":
                     break
                 timer.chunk(json.loads(payload), time.perf_counter())
+            timer.finish()
         result.e2e_s = time.perf_counter() - t0
     except (httpx.HTTPError, json.JSONDecodeError) as exc:
         result.error = f"{type(exc).__name__}: {exc}"

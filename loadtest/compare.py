@@ -81,7 +81,12 @@ METRICS: tuple[Metric, ...] = (
         Metric(f"{cls} TTFVT p99 s", lambda r, c=cls: r.classes[c].ttfvt_s.p99 if c in r.classes else None, False)
         for cls in ("easy", "medium", "hard", "chat")
     ),
+    *(
+        Metric(f"{cls} goodput req/s", lambda r, c=cls: r.classes[c].goodput_rps if c in r.classes else None, True)
+        for cls in ("easy", "medium", "hard", "chat")
+    ),
     Metric("thinking tokens/req", lambda r: r.overall.thinking_tokens_mean, False),
+    Metric("degraded", lambda r: float(r.overall.degraded), False),
     Metric("no answer", lambda r: float(r.overall.no_answer), False),
     Metric("shed (429)", lambda r: float(r.overall.shed), False),
     Metric("errors", lambda r: float(r.overall.errors), False),
@@ -128,7 +133,13 @@ def side_by_side(reports: dict[str, Report], baseline: str, settings: dict[str, 
     return CompareReport(baseline=baseline, targets=list(reports), settings=settings, rows=rows, reports=reports)
 
 
-def markdown(report: CompareReport) -> str:
+FOOTER = (
+    "goodput_vs_load.png plots every target (open loop); full reports, requests and plots per target are in the "
+    "sub-folders named after the targets."
+)
+
+
+def markdown(report: CompareReport, footer: str = FOOTER) -> str:
     names = report.targets
     lines = [
         "# thinktier loadtest compare",
@@ -147,11 +158,7 @@ def markdown(report: CompareReport) -> str:
                 for n in names
             ]
             lines.append(f"| {row.metric} | {'higher' if row.higher_is_better else 'lower'} | " + " | ".join(cells) + " |")
-    lines += [
-        "",
-        "goodput_vs_load.png plots every target (open loop); full reports, requests and plots per target are in the "
-        "sub-folders named after the targets.",
-    ]
+    lines += ["", footer]
     return "\n".join(lines) + "\n"
 
 

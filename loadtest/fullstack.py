@@ -18,7 +18,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -37,6 +37,7 @@ from loadtest.fullstack_record import (
 from loadtest.fullstack_report import fmt, saved_report, summary_line, summary_row, write_summary
 from loadtest.fullstack_targets import AUTO_MODEL, Config, Series
 from loadtest.process_cpu import ClassCPU, by_class, process_loads, read_processes
+from loadtest.ray_llm_target import PEER_READY_LINE
 from loadtest.workload import Prompt, WorkItem
 from policies.loader import load_policy
 from policies.schema import Policy
@@ -48,7 +49,7 @@ STOP_RESERVE_S = 60.0
 MIN_CONFIG_S = STARTUP_S + 30 + STOP_RESERVE_S
 """Time a policy needs before the deadline besides its arrival window: start-up, a short drain, the stop."""
 IDLE_PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
-UP_ERROR_MARKS = ("thinktier up:", "Traceback", "Error", "Ray Serve LLM serves")
+UP_ERROR_MARKS = ("thinktier up:", "Traceback", "Error", PEER_READY_LINE)
 """Lines of the server's log worth printing besides `up`'s progress lines, which start with '[elapsed]'."""
 RAY_LOGS = Path("/tmp/ray/session_latest/logs")
 RAY_ERROR_MARKS = ("Error", "Traceback", "CUDA out of memory", "Exception", "Failed to")
@@ -291,17 +292,20 @@ class ServerProcess:
         new, self._seen = lines[self._seen :], len(lines)
         return new
 
-    def wait_ready(self, ready_url: str, timeout_s: float) -> str | None:
-        """None once GET `ready_url` answers 200; otherwise why not. New progress and error lines are printed."""
+    def wait_ready(self, ready_url: str, timeout_s: float, mark: str | None = None) -> str | None:
+        """None once GET `ready_url` answers 200 and, when given, the server has printed a line starting with `mark`;
+        otherwise why not. New progress and error lines are printed."""
         deadline = time.monotonic() + timeout_s
+        marked = mark is None
         while time.monotonic() < deadline:
             for line in self.new_lines():
+                marked = marked or line.startswith(mark or "")
                 if line.startswith("[") or any(m in line for m in UP_ERROR_MARKS):
                     print("    up| " + line[:240], flush=True)
             if self.process.poll() is not None:
                 return f"the server exited with {self.process.returncode}"
             try:
-                if httpx.get(ready_url, timeout=5).status_code == 200:
+                if marked and httpx.get(ready_url, timeout=5).status_code == 200:
                     return None
             except httpx.HTTPError:
                 pass
@@ -396,13 +400,10 @@ def loadtest_command(url: str, load: LoadArgs, out_dir: Path, extra: Sequence[st
     ]
 
 
-RESULT_FIELDS = frozenset(f.name for f in fields(RequestResult))
-
-
 def failures(rows: Sequence[dict]) -> Failures:
     """Counted from requests.jsonl rows, read back as the RequestResults they were, so `ok` and `shed` mean what
     they mean in the report."""
-    results = [RequestResult(**{k: v for k, v in row.items() if k in RESULT_FIELDS}) for row in rows]
+    results = [RequestResult.from_row(row) for row in rows]
     return Failures(
         requests=len(results),
         errors=sum(not r.ok and not r.shed for r in results),
@@ -473,7 +474,9 @@ def run_config(config: Config, settings: Settings, clock: Clock) -> ConfigRun:
     up = ServerProcess(config.start_command(settings.port, settings.ready_timeout_s), out / f"{name}-up.log")
     try:
         ready_url = settings.url + config.ready_path()
-        record.error = up.wait_ready(ready_url, clock.budget(settings.ready_timeout_s + 20, STOP_RESERVE_S))
+        record.error = up.wait_ready(
+            ready_url, clock.budget(settings.ready_timeout_s + 20, STOP_RESERVE_S), config.ready_mark()
+        )
         record.up_s = round(time.monotonic() - started, 1)
         if record.error is not None:
             clock.log(f"  NOT READY ({record.error}) after {record.up_s} s; the up log ends:")

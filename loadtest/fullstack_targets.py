@@ -11,7 +11,7 @@ from typing import Literal
 
 from loadtest.client import RequestOptions
 from loadtest.fullstack_record import IDLE_ANSWER_TOKENS
-from loadtest.ray_llm_target import PEER_MODEL_ID, peer_options
+from loadtest.ray_llm_target import PEER_MODEL_ID, PEER_READY_LINE, peer_options
 from policies.schema import Policy
 
 Kind = Literal["thinktier", "ray-serve-llm"]
@@ -69,8 +69,13 @@ class Config:
                 "--timeout", str(ready_timeout_s)]
 
     def ready_path(self) -> str:
-        """GET path that answers 200 once the config serves: the peer lists its model only once it is deployed."""
+        """GET path that answers 200 once the config serves."""
         return "/v1/models" if self.is_peer else "/readyz"
+
+    def ready_mark(self) -> str | None:
+        """A line the server prints once every replica runs, needed besides `ready_path`: Ray Serve LLM's ingress
+        lists the model a minute before its engines have started."""
+        return PEER_READY_LINE if self.is_peer else None
 
     def metrics_url(self, url: str) -> str:
         return f"http://127.0.0.1:{PEER_METRICS_PORT}/metrics" if self.is_peer else f"{url}/metrics"

@@ -93,6 +93,25 @@ def compare_goodput(reports: dict[str, Report], path: Path) -> Path:
     return path
 
 
+def class_p99_bars(reports: dict[str, Report], path: Path) -> Path:
+    """TTFVT p99 of each request class, one bar per compared target (log scale: the spread is wide)."""
+    classes = sorted({c for report in reports.values() for c in report.runs[0].classes})
+    fig, ax = plt.subplots(figsize=(8, 4))
+    width = 0.8 / max(len(reports), 1)
+    for i, (name, report) in enumerate(reports.items()):
+        stats = report.runs[0].classes
+        values = [p99 if c in stats and (p99 := stats[c].ttfvt_s.p99) is not None else 0.0 for c in classes]
+        ax.bar(np.arange(len(classes)) + i * width, values, width, label=name)
+    ax.set_xticks(np.arange(len(classes)) + width * (len(reports) - 1) / 2, classes)
+    ax.set(title="TTFVT p99 per request class", ylabel="seconds (log)", yscale="log")
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def write_plots(report: Report, records: list[RunRecord], out_dir: Path) -> list[Path]:
     paths = []
     for run, record in zip(report.runs, records, strict=True):

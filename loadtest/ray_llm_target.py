@@ -28,6 +28,8 @@ THINKTIER_ONLY_ENGINE_ARGS = ("model", "scheduling_policy")
 """Not passed on: Ray Serve LLM names the model itself, and it sets no request priorities to schedule by."""
 PEER_MODEL_ID = "ray-llm"
 """The name Ray Serve LLM serves the model under."""
+PEER_READY_LINE = "Ray Serve LLM serves"
+"""How `thinktier loadtest peer`'s line starts once every engine replica runs."""
 PREFIX_AWARE_ROUTER = "ray.serve.llm.request_router.PrefixCacheAffinityRouter"
 """Ray Serve LLM's prefix-cache-aware request router: its best setting for replicas that cache prompt prefixes."""
 
@@ -128,8 +130,9 @@ def llm_config(settings: RayLLMSettings) -> dict[str, Any]:
 
 
 class RayLLMApp:
-    """Starts Ray, Ray Serve and the Ray Serve LLM OpenAI app on `port`; waits until the model answers
-    `/v1/models`; shuts everything down on exit. vLLM's engine metrics come out of Ray's metrics agent on
+    """Starts Ray, Ray Serve and the Ray Serve LLM OpenAI app on `port`; waits until the application is RUNNING
+    (every engine replica started: its ingress lists the model at `/v1/models` long before) and lists the model;
+    shuts everything down on exit. vLLM's engine metrics come out of Ray's metrics agent on
     `metrics_port` (names prefixed `ray_vllm_`)."""
 
     APP_NAME = "ray-serve-llm"
@@ -181,9 +184,10 @@ class RayLLMApp:
                 raise RuntimeError(f"Ray Serve LLM failed to deploy: {app.message}")
             try:
                 response = httpx.get(f"{self.url}/v1/models", timeout=5)
-                if response.status_code == 200 and self.settings.model_id in response.text:
+                listed = response.status_code == 200 and self.settings.model_id in response.text
+                if listed and app is not None and app.status == "RUNNING":
                     return
-                last = f"HTTP {response.status_code}: {response.text[:200]}"
+                last = f"HTTP {response.status_code}: {response.text[:200]}; application {app.status if app else 'absent'}"
             except httpx.HTTPError as exc:
                 last = f"{type(exc).__name__}: {exc}"
             time.sleep(2)

@@ -98,7 +98,8 @@ class RunReport(BaseModel):
     """Requests answered (served, refused or failed) per second of the run, tail included."""
     tps: float
     """Completion tokens (thinking + answer) per second of the run."""
-    answer_tps: float
+    answer_tps: float | None
+    """Answer tokens per second; None when no successful request's thinking/answer split is known."""
     goodput_rps: float
     overall: ClassStats
     classes: dict[str, ClassStats]
@@ -190,7 +191,7 @@ def run_report(record: RunRecord, slos: dict[DifficultyClass, SLO]) -> RunReport
     results, duration = record.results, record.duration_s
     overall = class_stats(results, slos, duration)
     completion = sum(r.completion_tokens or 0 for r in results if r.ok)
-    answer = sum(r.answer_tokens or 0 for r in results if r.ok)
+    answers = [a for r in results if r.ok and (a := r.answer_tokens) is not None]
     return RunReport(
         label=record.label,
         mode=record.mode,
@@ -199,7 +200,7 @@ def run_report(record: RunRecord, slos: dict[DifficultyClass, SLO]) -> RunReport
         duration_s=duration,
         achieved_rate_rps=len(results) / duration if duration > 0 else 0.0,
         tps=completion / duration if duration > 0 else 0.0,
-        answer_tps=answer / duration if duration > 0 else 0.0,
+        answer_tps=(sum(answers) / duration if duration > 0 else 0.0) if answers else None,
         goodput_rps=overall.goodput_rps,
         overall=overall,
         classes={
@@ -263,7 +264,8 @@ def markdown(report: Report) -> str:
                 f"{_pcts(c.e2e_s)} | {_fmt(c.thinking_tokens_mean, 1)} | {_fmt(c.answer_tokens_mean, 1)} | "
                 f"{_fmt(c.slo_attainment)} | {_fmt(c.goodput_rps)} | {tiers} |"
             )
-        lines += ["", f"TPS {run.tps:.1f} (answer only {run.answer_tps:.1f}); achieved {run.achieved_rate_rps:.2f} req/s.", ""]
+        answer = _fmt(run.answer_tps, 1)
+        lines += ["", f"TPS {run.tps:.1f} (answer only {answer}); achieved {run.achieved_rate_rps:.2f} req/s.", ""]
         if run.tiers:
             lines += [
                 "| tier | KV occupancy mean | KV occupancy max | stragglers mean | stragglers max | replicas |",

@@ -4,8 +4,12 @@
 from __future__ import annotations
 
 import argparse
+import http.server
 import json
 import shlex
+import sys
+import threading
+import time
 from dataclasses import asdict
 from pathlib import Path
 
@@ -32,6 +36,7 @@ from loadtest.fullstack_report import summary_line, summary_row, write_summary
 from loadtest.fullstack_targets import PEER_FINAL, THINKTIER_FINAL, Config
 from loadtest.metrics_scraper import MetricsTimeline, TierSample
 from loadtest.process_cpu import ClassCPU, ProcCPU, by_class, classify, parse_stat, process_loads, read_processes
+from loadtest.ray_llm_target import PEER_READY_LINE
 from loadtest.report import Report, build_report
 from loadtest.runner import RunRecord
 from loadtest.workload import Mix
@@ -259,9 +264,8 @@ def test_each_config_starts_its_own_server_command() -> None:
 SLOS = {"easy": SLO(ttfvt_s=10, e2e_s=15), "medium": SLO(ttfvt_s=30, e2e_s=45), "hard": SLO(ttfvt_s=90, e2e_s=120)}
 
 
-def canned_report_json() -> str:
-    """A report as `thinktier loadtest run` writes it (loadtest.report), 8 requests over 20 s."""
-    results = [
+def canned_results() -> list[RequestResult]:
+    return [
         result(0, "easy", 200, ttft_s=0.5, ttfvt_s=2.0, e2e_s=4.0, completion_tokens=600),
         result(1, "easy", 200, ttft_s=0.5, ttfvt_s=6.0, e2e_s=9.0, completion_tokens=600),
         result(2, "easy", None, "no complete response within 180 s (--request-timeout)"),
@@ -271,6 +275,11 @@ def canned_report_json() -> str:
         result(6, "chat", 200, ttft_s=0.2, ttfvt_s=0.2, e2e_s=3.0, completion_tokens=256),
         result(7, "chat", 200, "RemoteProtocolError: peer closed", ttft_s=0.2),
     ]
+
+
+def canned_report_json() -> str:
+    """A report as `thinktier loadtest run` writes it (loadtest.report), 8 requests over 20 s."""
+    results = canned_results()
     timeline = MetricsTimeline(
         samples=[TierSample(1.0, "reasoning", 0.4, 0.5, 1, 0.0), TierSample(2.0, "reasoning", 0.9, 1.0, 1, 1.0),
                  TierSample(1.0, "chat", 0.01, 0.02, 1, 0.0)],
@@ -364,6 +373,52 @@ def test_summarize_mode_writes_fullstack_md(tmp_path: Path, capsys: pytest.Captu
     assert args.func(args) == 0
     assert "| tiered | 8 | 5 |" in capsys.readouterr().out
     assert (tmp_path / "fullstack.md").exists()
+
+
+def test_summarize_with_a_baseline_compares_the_configs_from_their_saved_requests(tmp_path: Path) -> None:
+    for started, name in enumerate(("tiered", "onepool")):
+        (tmp_path / f"{name}-fullstack.json").write_text(saved_run(name, float(started)).model_dump_json())
+        (tmp_path / f"{name}-report.json").write_text(canned_report_json())
+        results = canned_results() if name == "tiered" else [r for r in canned_results() if r.request_class != "easy"]
+        rows = [json.dumps({"run": "rate=4", **asdict(r)}) for r in results]
+        (tmp_path / f"{name}-requests.jsonl").write_text("\n".join(rows) + "\n")
+    args = fullstack_parser().parse_args(["fullstack", "--summarize", str(tmp_path), "--baseline", "onepool"])
+    assert args.func(args) == 0
+    compare = (tmp_path / "compare.md").read_text()
+    assert "| easy goodput req/s | higher | 0.1 | - |" in compare  # rebuilt: onepool has no easy request
+    assert "| hard goodput req/s | higher | 0.05 (1.00x) | 0.05 (1.00x) |" in compare
+    assert "| requests |" not in compare and json.loads((tmp_path / "compare.json").read_text())["baseline"] == "onepool"
+    assert Report.model_validate_json((tmp_path / "onepool-report.json").read_text()).runs[0].overall.requests == 5
+    for png in ("ttfvt_p99_by_class", "tiered-kv", "tiered-latency", "onepool-kv", "onepool-latency"):
+        assert (tmp_path / f"{png}.png").stat().st_size > 1000
+    missing = fullstack_parser().parse_args(["fullstack", "--summarize", str(tmp_path), "--baseline", "nope"])
+    assert missing.func(missing) == 2
+
+
+def test_a_peer_is_ready_only_once_it_says_so(tmp_path: Path) -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), OkHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/v1/models"
+    say = "import time; print('engines starting', flush=True); time.sleep(1.5); print('{}', flush=True); time.sleep(30)"
+    try:
+        serving = fullstack.ServerProcess([sys.executable, "-c", say.format(PEER_READY_LINE + " x")], tmp_path / "a.log")
+        started = time.monotonic()
+        assert serving.wait_ready(url, 20, PEER_READY_LINE) is None
+        assert time.monotonic() - started >= 1.5  # the ingress answered all along; the line came later
+        serving.stop(5, fullstack.Clock(60))
+        silent = fullstack.ServerProcess([sys.executable, "-c", "print('engines starting')"], tmp_path / "b.log")
+        assert silent.wait_ready(url, 20, PEER_READY_LINE) == "the server exited with 0"
+    finally:
+        server.shutdown()
+
+
+class OkHandler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
 
 
 def test_a_run_without_configs_or_with_a_repeated_name_starts_nothing(tmp_path: Path) -> None:

@@ -28,6 +28,7 @@ from loadtest.measure import LoadSpec, measure
 from loadtest.metrics_scraper import THINKTIER_METRICS, MetricsTimeline, parse_tiers
 from loadtest.ray_llm_target import settings_from_tier
 from loadtest.report import build_report, class_stats
+from loadtest.report import markdown as report_markdown
 from loadtest.runner import RunRecord, RunSettings, Target, run_closed_loop
 from loadtest.workload import Mix, Prompt, PromptPool, WorkItem, arrival_times, closed_loop, gamma_interarrivals, open_loop
 from policies.loader import load_policy
@@ -107,7 +108,7 @@ def _chunk(delta: dict[str, str]) -> str:
     return "data: " + json.dumps({"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta}]}) + "\n\n"
 
 
-async def _stream(field: str, think_delay_s: float) -> AsyncIterator[str]:
+async def _stream(field: str, think_delay_s: float, details: bool = True) -> AsyncIterator[str]:
     yield _chunk({"role": "assistant", "content": ""})
     await asyncio.sleep(think_delay_s)
     for i in range(REASONING_TOKENS):
@@ -118,7 +119,7 @@ async def _stream(field: str, think_delay_s: float) -> AsyncIterator[str]:
     usage = {
         "prompt_tokens": 7,
         "completion_tokens": REASONING_TOKENS + ANSWER_TOKENS,
-        "completion_tokens_details": {"reasoning_tokens": REASONING_TOKENS},
+        **({"completion_tokens_details": {"reasoning_tokens": REASONING_TOKENS}} if details else {}),
     }
     yield "data: " + json.dumps({"choices": [], "usage": usage}) + "\n\n"
     yield "data: [DONE]\n\n"
@@ -134,7 +135,8 @@ async def _completions(request: Request) -> Response:
     field = "reasoning_content" if prompt == "old field" else "reasoning"
     think_delay = 3 * THINK_DELAY_S if prompt == "slow" else THINK_DELAY_S
     headers = {"x-thinktier-tier": "reasoning", "x-thinktier-effort": "medium", "x-thinktier-degraded": "budget"}
-    return StreamingResponse(_stream(field, think_delay), media_type="text/event-stream", headers=headers)
+    stream = _stream(field, think_delay, details=prompt != "no details")
+    return StreamingResponse(stream, media_type="text/event-stream", headers=headers)
 
 
 async def _metrics(request: Request) -> Response:
@@ -179,6 +181,24 @@ def test_ttfvt_is_the_first_answer_delta_not_the_first_thinking_delta(sse_url: s
     assert (result.reasoning_tokens, result.answer_tokens) == (REASONING_TOKENS, ANSWER_TOKENS)
     assert result.decision["tier"] == "reasoning"
     assert result.degraded
+
+
+def test_thinking_is_counted_from_the_stream_when_usage_has_no_reasoning_tokens(sse_url: str) -> None:
+    record = asyncio.run(run_closed_loop(Target(sse_url), [_items("no details")], RunSettings(progress=False), "one"))
+    result = record.results[0]
+    assert (result.reasoning_tokens, result.answer_tokens) == (REASONING_TOKENS, ANSWER_TOKENS)
+
+
+def test_an_unknown_thinking_split_leaves_answer_tokens_unknown_not_all_answer() -> None:
+    thought = RequestResult(0, "hard", "p0", 0.0, status=200, ttft_s=0.1, ttfvt_s=2.0, e2e_s=3.0, completion_tokens=800)
+    plain = RequestResult(1, "chat", "p1", 0.0, status=200, ttft_s=0.1, ttfvt_s=0.1, e2e_s=1.0, completion_tokens=50)
+    assert (thought.answer_tokens, plain.answer_tokens) == (None, 50)
+    timeline = MetricsTimeline()
+    slos = {"easy": SLO(ttfvt_s=10, e2e_s=15), "medium": SLO(ttfvt_s=30, e2e_s=45), "hard": SLO(ttfvt_s=90, e2e_s=120)}
+    unknown = build_report("u", {}, slos, [RunRecord("r", "open", 1.0, 0.5, 10.0, [thought], timeline)])  # type: ignore[arg-type]
+    assert unknown.runs[0].answer_tps is None and "answer only -" in report_markdown(unknown)
+    known = build_report("u", {}, slos, [RunRecord("r", "open", 1.0, 0.5, 10.0, [thought, plain], timeline)])  # type: ignore[arg-type]
+    assert known.runs[0].answer_tps == 5.0  # the plain reply's 50 tokens over 10 s
 
 
 def test_a_429_counts_as_shed_with_its_retry_after(sse_url: str) -> None:
