@@ -12,6 +12,7 @@ COMMAND_MODULES = (
     "cli.bench",
     "cli.policy",
     "cli.loadtest",
+    "cli.plan",
     "cli.helm",
     "cli.classifier",
 )

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
 import shutil
 import subprocess
 import time
@@ -31,6 +32,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from cluster.serve_config import engine_env
 from deployments.decision import RoutingRequest
 from deployments.routing import EFFORT_CLASS, budget_decision
 from loadtest.report import Percentiles, goodput_rps
@@ -119,7 +121,7 @@ def build_workload(
 class BenchConfig:
     """What a configuration changes in the policy's tier, and what vLLM gets beyond the policy."""
 
-    kv_cache_dtype: Literal["bfloat16", "fp8"]
+    kv_cache_dtype: Literal["auto", "bfloat16", "fp8"]  # auto: the model's dtype (what CPU tiers without FP8 use)
     scheduling_policy: Literal["fcfs", "priority"]
     offload_gib: float = 0.0
     offload_decode_blocks: bool = False  # vLLM 0.24 offloads prompt blocks only unless told otherwise
@@ -130,6 +132,7 @@ CONFIGS: dict[str, BenchConfig] = {
     "bf16": BenchConfig("bfloat16", "fcfs", description="bf16 KV, FCFS"),
     "fp8": BenchConfig("fp8", "fcfs", description="FP8 KV, FCFS"),
     "fp8-prio": BenchConfig("fp8", "priority", description="FP8 KV, priority (hard = lower priority)"),
+    "auto-prio": BenchConfig("auto", "priority", description="KV in the model's dtype, priority (the CPU example tiers)"),
     "fp8-offload": BenchConfig("fp8", "fcfs", 16, description="FP8 KV + native CPU offload as vLLM ships it (prompt blocks)"),
     "fp8-offload-decode": BenchConfig(
         "fp8", "fcfs", 16, True, description="FP8 KV + native CPU offload of prompt and decode blocks"
@@ -413,6 +416,15 @@ def _nvidia_smi(query: str) -> str:
     return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else ""
 
 
+def _cpu_name() -> str:
+    """The CPU's model name from /proc/cpuinfo; empty where there is none."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return ""
+    return next((line.partition(":")[2].strip() for line in lines if line.startswith("model name")), "")
+
+
 def _gpu_memory_used_mib() -> int:
     used = _nvidia_smi("memory.used")
     return int(used) if used else -1
@@ -452,7 +464,10 @@ async def run_config(
     steps: Sequence[str],
     save: Callable[[dict[str, Any]], None],
 ) -> dict[str, Any]:
-    """Start the configuration's engine, run its steps, shut it down; `save` gets the result after each step."""
+    """Start the configuration's engine, run its steps, shut it down; `save` gets the result after each step.
+
+    The engine gets the environment of the tier's Serve replica (`engine_env`: on CPU tiers, the cores of
+    `engine.cpu_threads` and an in-process engine core)."""
     from deployments.engine import TierEngine
     from deployments.protocol import TierRequest
 
@@ -463,6 +478,7 @@ async def run_config(
     )
     if settings.enforce_eager:
         tier = Tier.model_validate({**tier.model_dump(), "engine": {**tier.engine.model_dump(), "enforce_eager": True}})
+    os.environ.update(engine_env(tier))
     started = time.monotonic()
     engine = TierEngine(tier_name, tier, engine_overrides(config, settings.load_format))
     result: dict[str, Any] = {
@@ -539,6 +555,7 @@ def run(
     """Run the plan's configurations in order (see `parse_plan`); the JSON report at `out` is rewritten after each
     step, so a run cut short keeps what it finished. `command` is recorded as how the report was made."""
     policy = load_policy(Path(policy_path))
+    on_gpu = policy.tiers[policy.routing.reasoning_tier].pool.accelerator == "gpu"
     out.parent.mkdir(parents=True, exist_ok=True)
     report: dict[str, Any] = {
         "command": command,
@@ -547,7 +564,7 @@ def run(
         "load_format": settings.load_format,
         "kv_cache_gib": settings.kv_cache_gib,
         "drain_s": settings.drain_s,
-        "gpu": _nvidia_smi("name"),
+        "gpu": _nvidia_smi("name") if on_gpu else _cpu_name(),  # the device the tier runs on (CPU tiers: the CPU)
         "workloads": {
             n: {k: v for k, v in w.to_json().items() if k != "requests"} | {"requests": len(w.requests)}
             for n, w in workloads.items()
@@ -592,7 +609,7 @@ def step_profile_file(report: dict[str, Any], config: str) -> dict[str, Any]:
     return {
         "source": report["command"],
         "gpu": report["gpu"],
-        "model": "DeepSeek-R1-Distill-Qwen-7B geometry (dummy weights), bf16 weights",
+        "model": f"{report['model']}, load_format {report['load_format']}, dtype {engine['dtype']}",
         "kv_cache_dtype": engine["kv_cache_dtype"],
         "cuda_graphs": not engine["enforce_eager"],
         "max_num_seqs": engine["max_num_seqs"],

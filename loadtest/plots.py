@@ -3,7 +3,9 @@ time, and goodput against offered load (when rates were swept)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -106,6 +108,27 @@ def class_p99_bars(reports: dict[str, Report], path: Path) -> Path:
     ax.set(title="TTFVT p99 per request class", ylabel="seconds (log)", yscale="log")
     ax.grid(alpha=0.3, axis="y")
     ax.legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plan_timeline(points: Sequence[Any], path: Path) -> Path:
+    """A simulated cluster over time, per tier: replicas serving, mean KV occupancy, and stragglers."""
+    fig, (rep_ax, kv_ax, st_ax) = plt.subplots(3, 1, figsize=(10, 8), sharex=True)
+    for tier in sorted({p.tier for p in points}):
+        series = [p for p in points if p.tier == tier]
+        t = [p.t_s for p in series]
+        rep_ax.step(t, [p.replicas for p in series], where="post", label=tier)
+        kv_ax.plot(t, [p.kv_mean for p in series], label=tier)
+        st_ax.plot(t, [p.stragglers for p in series], label=tier)
+    rep_ax.set(title="Replicas serving per tier (simulated)", ylabel="replicas")
+    kv_ax.set(title="KV cache occupancy, mean over replicas", ylabel="occupancy (0..1)", ylim=(0, 1.02))
+    st_ax.set(title="Stragglers per tier", xlabel="simulated seconds", ylabel="running stragglers")
+    for ax in (rep_ax, kv_ax, st_ax):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="small")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -10,6 +12,7 @@ import pytest
 
 from cli.main import build_parser
 from cli.main import main as thinktier_main
+from cluster.serve_config import engine_env
 from deployments.problems import Problem
 from loadtest import gpu_bench
 from loadtest.gpu_bench import (
@@ -30,6 +33,7 @@ from policies.loader import load_policy
 from policies.schema import SLO
 
 POLICY = Path(__file__).resolve().parents[1] / "policies" / "examples" / "h200-7b.yaml"
+CPU_POLICY = POLICY.with_name("compare-tiered.yaml")
 
 
 @pytest.fixture(scope="module")
@@ -86,6 +90,29 @@ def test_configured_tier_changes_only_what_the_configuration_names(policy) -> No
     bf16 = configured_tier(base, CONFIGS["bf16"], "/m", None, 0.9)
     assert bf16.engine.kv_cache_dtype == "bfloat16" and bf16.engine.scheduling_policy == "fcfs"
     assert not bf16.engine.kv_offloading.enabled and bf16.engine.kv_cache_memory_gib is None
+
+
+def test_a_cpu_tier_runs_as_its_policy_says_with_its_replica_environment(monkeypatch) -> None:
+    """auto-prio keeps a CPU tier's KV dtype and size; the engine starts with the Serve replica's environment."""
+    policy = load_policy(CPU_POLICY)
+    base = policy.tiers["reasoning"]
+    tier = configured_tier(base, CONFIGS["auto-prio"], base.model, base.engine.kv_cache_memory_gib, 0.9)
+    assert tier.engine == base.engine
+    for key in engine_env(tier):
+        monkeypatch.setenv(key, "unset")  # restored after the test
+    seen: dict[str, str] = {}
+
+    class Engine:  # stands in for vLLM: records the environment it starts in
+        def __init__(self, *args: object) -> None:
+            seen.update(os.environ)
+            raise RuntimeError("no engine here")
+
+    monkeypatch.setattr("deployments.engine.TierEngine", Engine)
+    settings = gpu_bench.RunSettings(base.model, "auto", 0.03, 0.9, False, 0, [1], [128], 1)
+    with pytest.raises(RuntimeError, match="no engine here"):
+        asyncio.run(gpu_bench.run_config("auto-prio", policy, settings, {}, ["profile"], lambda result: None))
+    assert seen["VLLM_CPU_OMP_THREADS_BIND"] == base.engine.cpu_threads == "0"
+    assert seen["VLLM_TARGET_DEVICE"] == "cpu"
 
 
 def _sample(t: float, kv: float, preempt: int, tokens: int, stored: float = 0.0) -> Sample:
@@ -164,6 +191,17 @@ def test_run_command_records_how_to_repeat_it(policy, pool, tmp_path, monkeypatc
     assert ran[0][2].profile_batches == [1, 8] and ran[0][2].kv_cache_gib == 2.0
 
 
+def test_run_on_a_cpu_tier_names_the_cpu(tmp_path, monkeypatch) -> None:
+    async def run_config(name, policy, settings, workloads, steps, save):
+        return {"config": name, "workloads": {}}
+
+    monkeypatch.setattr(gpu_bench, "run_config", run_config)
+    monkeypatch.setattr(gpu_bench, "_cpu_name", lambda: "Some CPU")
+    settings = gpu_bench.RunSettings("builtin:tiny-random", "auto", 0.03, 0.9, False, 0, [1], [128], 1)
+    report = gpu_bench.run(str(CPU_POLICY), {}, [("auto-prio", ["profile"])], settings, tmp_path / "r.json", "cmd")
+    assert report["gpu"] == "Some CPU"
+
+
 def test_run_command_names_a_bad_plan(tmp_path, capsys) -> None:
     out = tmp_path / "r.json"
     argv = ["bench", "gpu", "run", "--policy", str(POLICY), "--model", "/m", "--config", "fp4:A", "--out", str(out)]
@@ -184,11 +222,18 @@ def test_step_profile_file_takes_the_named_configuration() -> None:
     points = [{"batch_size": b, "context_tokens": c, "step_s": 0.005 + 1e-5 * b * c / 512} for b in (1, 64) for c in (512, 6000)]
     result = {
         "config": "fp8",
-        "engine": {"kv_cache_dtype": "fp8", "enforce_eager": False, "max_num_seqs": 256},
+        "engine": {"kv_cache_dtype": "fp8", "enforce_eager": False, "max_num_seqs": 256, "dtype": "auto"},
         "step_profile": {"points": points, "fit": fit_step_profile(points)},
     }
-    report = {"command": "thinktier bench gpu run ...", "gpu": "NVIDIA H200", "results": [result]}
+    report = {
+        "command": "thinktier bench gpu run ...",
+        "gpu": "NVIDIA H200",
+        "model": "/tmp/r1q7b",
+        "load_format": "dummy",
+        "results": [result],
+    }
     data = step_profile_file(report, "fp8")
+    assert data["model"] == "/tmp/r1q7b, load_format dummy, dtype auto" and data["gpu"] == "NVIDIA H200"
     assert data["columns"] == ["batch_size", "context_tokens", "step_s"] and data["points"][1] == [1, 6000, points[1]["step_s"]]
     assert data["kv_cache_dtype"] == "fp8" and data["cuda_graphs"] and "formula" in data["fit"]
     with pytest.raises(ValueError, match="no step profile for configuration 'bf16'"):

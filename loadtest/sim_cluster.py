@@ -1,0 +1,255 @@
+"""A simulated thinktier cluster that runs the project's real decision code on simulated time.
+
+Per arrival: the real `deployments.routing.decide` (tier, effort, budgets, priority, degradation or 429) on the tiers'
+last reported load, then the real `cluster.request_router.score_replica` picks the replica (the lowest score, as
+`KVAwareRequestRouter` does), with the queue length the router itself tracks. Every `tick_s`: every replica reports
+its stats (as replicas push them every `metrics_interval_s`), and each tier's autoscaler decides: the real
+`cluster.autoscaling.decide_replicas`, or, for a tier with `autoscaling.signal: ongoing_requests`, Ray Serve's
+default policy (`ray_default_replicas`). A new replica serves `startup_s` after it is asked for; a replica scaled
+down takes no new requests and leaves once its last request ends (Ray Serve drains it).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from cluster.autoscaling import ScalerState, TierSample, decide_replicas
+from cluster.request_router import score_replica
+from deployments.decision import DifficultyScore, RoutingRequest
+from deployments.replica_stats import ReplicaStats
+from deployments.routing import Overloaded, TierLoad, decide
+from loadtest.sim_profile import HardwareProfile
+from loadtest.sim_replica import SimReplica, SimRequest
+from loadtest.sim_workload import Arrival, Lengths
+from policies.schema import Autoscaling, Policy, Replicas, Tier
+
+
+@dataclass(frozen=True)
+class SimSettings:
+    tick_s: float = 1.0
+    """How often replicas report and autoscalers decide."""
+    startup_s: float = 150.0
+    """From a replica being asked for to it serving (the GPU runs: 90-160 s)."""
+    drain_s: float = 600.0
+    """How long after the last arrival unfinished requests may still finish."""
+    autoscale: bool = True
+    """False: every tier keeps its initial replica count."""
+    replicas: dict[str, int] = field(default_factory=dict)
+    """Initial (and, without autoscaling, fixed) replicas per tier; the policy's initial/min when absent."""
+
+
+@dataclass
+class Pending:
+    """A replica asked for and not serving yet."""
+
+    ready_s: float
+    replica: SimReplica
+
+
+@dataclass
+class SimTier:
+    name: str
+    config: Tier
+    profile: HardwareProfile
+    kv_tokens: int
+    replicas: list[SimReplica] = field(default_factory=list)
+    draining: list[SimReplica] = field(default_factory=list)
+    pending: list[Pending] = field(default_factory=list)
+    target: int = 0
+    state: ScalerState = field(default_factory=ScalerState)
+    above_since: float | None = None
+    below_since: float | None = None
+    reports: dict[str, ReplicaStats] = field(default_factory=dict)
+    routed_since_report: dict[str, int] = field(default_factory=dict)
+    serial: int = 0
+    replica_seconds: float = 0.0
+
+    def new_replica(self) -> SimReplica:
+        self.serial += 1
+        engine = self.config.engine
+        return SimReplica(
+            name=f"{self.name}-{self.serial}",
+            profile=self.profile,
+            kv_capacity=self.kv_tokens,
+            max_num_seqs=engine.max_num_seqs,
+            max_batched_tokens=engine.max_num_batched_tokens or 8192,
+            priority_scheduling=engine.scheduling_policy == "priority",
+            stragglers=self.config.stragglers,
+        )
+
+
+@dataclass(frozen=True)
+class TimelinePoint:
+    t_s: float
+    tier: str
+    replicas: int
+    """Replicas serving (draining ones included)."""
+    target: int
+    kv_mean: float
+    kv_max: float
+    running: int
+    waiting: int
+    stragglers: int
+    preemptions_total: int
+
+
+@dataclass
+class SimResult:
+    requests: list[SimRequest]
+    timeline: list[TimelinePoint]
+    replica_seconds: dict[str, float]
+    end_s: float
+
+
+def ray_default_replicas(
+    tier: SimTier, ongoing: float, targets: Autoscaling, bounds: Replicas, now: float
+) -> int:
+    """Ray Serve's default request-count policy (`replica_queue_length_autoscaling_policy`, smoothing factors 1):
+    ceil(ongoing / target_ongoing_requests) within bounds, applied once the wish has held for the up/down delay."""
+    wanted = min(max(math.ceil(ongoing / targets.target_ongoing_requests - 1e-9), bounds.min), bounds.max)
+    if wanted > tier.target:
+        tier.below_since = None
+        tier.above_since = tier.above_since if tier.above_since is not None else now
+        return wanted if now - tier.above_since >= targets.upscale_delay_s else tier.target
+    if wanted < tier.target:
+        tier.above_since = None
+        tier.below_since = tier.below_since if tier.below_since is not None else now
+        return wanted if now - tier.below_since >= targets.downscale_delay_s else tier.target
+    tier.above_since = tier.below_since = None
+    return tier.target
+
+
+class Simulation:
+    def __init__(
+        self,
+        policy: Policy,
+        profiles: dict[str, HardwareProfile],
+        settings: SimSettings,
+        decide_fn: Callable[..., object] = decide,
+        score_fn: Callable[..., float] = score_replica,
+        decide_replicas_fn: Callable[..., tuple[int, ScalerState]] = decide_replicas,
+    ) -> None:
+        self.policy = policy
+        self.settings = settings
+        self.decide = decide_fn
+        self.score = score_fn
+        self.decide_replicas = decide_replicas_fn
+        self.tiers: dict[str, SimTier] = {}
+        for name, tier in policy.tiers.items():
+            profile = profiles[name]
+            sim = SimTier(name, tier, profile, profile.kv_tokens(tier))
+            count = settings.replicas.get(name, tier.replicas.initial if tier.replicas.initial is not None else tier.replicas.min)
+            sim.replicas = [sim.new_replica() for _ in range(count)]
+            sim.target = count
+            self.tiers[name] = sim
+        self.requests: list[SimRequest] = []
+        self.timeline: list[TimelinePoint] = []
+
+    # ---- one request -----------------------------------------------------------------------------------------
+
+    def route(self, arrival: Arrival, difficulty: DifficultyScore | None, lengths: Lengths) -> SimRequest:
+        thinking, answer = lengths.draw(arrival.prompt.request_class)
+        request = SimRequest(
+            arrival.index, arrival.prompt.request_class, arrival.prompt.id, arrival.at_s, arrival.prompt_tokens, 0, 0
+        )
+        self.requests.append(request)
+        loads = {name: TierLoad(tuple(t.reports.values())) for name, t in self.tiers.items()}
+        try:
+            decision = self.decide(self.policy, RoutingRequest(prompt=arrival.prompt.text), difficulty, loads)
+        except Overloaded:
+            request.shed = True
+            return request
+        tier = self.tiers[decision.tier]
+        request.tier, request.degraded = decision.tier, decision.degraded
+        request.priority, request.hard = decision.priority, decision.difficulty == "hard"
+        request.thinking_tokens = min(thinking, decision.thinking_tokens)
+        request.answer_tokens = min(answer, decision.answer_tokens)
+        replica = self.pick_replica(tier, request.hard)
+        if replica is None:  # a tier scaled to zero: Serve would hold the request until a replica starts; not modelled
+            request.shed = True
+            return request
+        tier.routed_since_report[replica.name] = tier.routed_since_report.get(replica.name, 0) + 1
+        replica.submit(request, arrival.at_s)
+        return request
+
+    def pick_replica(self, tier: SimTier, hard: bool) -> SimReplica | None:
+        weights = tier.config.router_weights
+        best, best_score = None, math.inf
+        for replica in tier.replicas:
+            stats = tier.reports.get(replica.name, ReplicaStats())
+            queue = stats.num_running + stats.num_waiting + tier.routed_since_report.get(replica.name, 0)
+            score = self.score(stats, queue, hard, weights)
+            if score < best_score:
+                best, best_score = replica, score
+        return best
+
+    # ---- every tick ------------------------------------------------------------------------------------------
+
+    def tick(self, now: float) -> None:
+        for tier in self.tiers.values():
+            serving = tier.replicas + tier.draining
+            for replica in serving:
+                replica.advance_to(now)
+            tier.draining = [r for r in tier.draining if r.load]
+            ready = [p for p in tier.pending if p.ready_s <= now]
+            tier.pending = [p for p in tier.pending if p.ready_s > now]
+            tier.replicas += [p.replica for p in ready]
+            tier.reports = {r.name: r.stats() for r in tier.replicas}
+            tier.routed_since_report = {}
+            tier.replica_seconds += self.settings.tick_s * (len(tier.replicas) + len(tier.draining) + len(tier.pending))
+            stats = list(tier.reports.values())
+            kv = [s.kv_occupancy for s in stats]
+            self.timeline.append(TimelinePoint(
+                t_s=now, tier=tier.name, replicas=len(tier.replicas) + len(tier.draining), target=tier.target,
+                kv_mean=sum(kv) / len(kv) if kv else 0.0, kv_max=max(kv, default=0.0),
+                running=sum(s.num_running for s in stats), waiting=sum(s.num_waiting for s in stats),
+                stragglers=sum(s.num_stragglers for s in stats),
+                preemptions_total=sum(r.preemptions_total for r in serving),
+            ))
+            if self.settings.autoscale:
+                self.autoscale(tier, now)
+
+    def autoscale(self, tier: SimTier, now: float) -> None:
+        config = tier.config
+        running = len(tier.replicas)
+        ongoing = float(sum(s.num_running + s.num_waiting for s in tier.reports.values()))
+        if config.autoscaling.signal == "ongoing_requests":
+            wanted = ray_default_replicas(tier, ongoing, config.autoscaling, config.replicas, now)
+        else:
+            sample = TierSample(tuple(tier.reports.values()), ongoing, tier.target, running)
+            wanted, tier.state = self.decide_replicas(tier.state, sample, config.autoscaling, config.replicas, now)
+        while tier.target < wanted:
+            tier.pending.append(Pending(now + self.settings.startup_s, tier.new_replica()))
+            tier.target += 1
+        while tier.target > wanted:
+            tier.target -= 1
+            if tier.pending:
+                tier.pending.pop()
+                continue
+            idlest = min(tier.replicas, key=lambda r: r.load)
+            tier.replicas.remove(idlest)
+            tier.draining.append(idlest)
+
+    # ---- the whole run ---------------------------------------------------------------------------------------
+
+    def run(self, arrivals: Sequence[Arrival], scores: dict[str, DifficultyScore], lengths: Lengths) -> SimResult:
+        classifier_on = self.policy.routing.classifier.enabled
+        events: list[tuple[float, int, Arrival | None]] = [(a.at_s, 1, a) for a in arrivals]
+        last_arrival = max((a.at_s for a in arrivals), default=0.0)
+        ticks = math.ceil((last_arrival + self.settings.drain_s) / self.settings.tick_s)
+        events += [(k * self.settings.tick_s, 0, None) for k in range(ticks + 1)]
+        heapq.heapify(events)
+        now = 0.0
+        while events:
+            now, _, arrival = heapq.heappop(events)
+            if arrival is None:
+                self.tick(now)
+                if now > last_arrival and all(r.end_s is not None or r.shed for r in self.requests):
+                    break
+                continue
+            difficulty = scores.get(arrival.prompt.id) if classifier_on else None
+            self.route(arrival, difficulty, lengths)
+        return SimResult(self.requests, self.timeline, {n: t.replica_seconds for n, t in self.tiers.items()}, now)
