@@ -89,7 +89,7 @@ def simulate(inputs: PlanInputs, pool: PromptPool | None = None, **hooks: Any) -
     }
     if inputs.overhead_s_per_seq is not None:
         profiles = {name: replace(p, overhead_s_per_seq=inputs.overhead_s_per_seq) for name, p in profiles.items()}
-    simulation = Simulation(policy, profiles, inputs.settings, **hooks)
+    simulation = Simulation(policy, profiles, inputs.settings, seed=inputs.workload.seed, **hooks)
     sim = simulation.run(work, scores, Lengths.parse(inputs.lengths, inputs.workload.seed))
     report = sim_report(sim, policy, inputs.workload)
     tiers = [tier_use(name, sim, policy, profiles[name]) for name in policy.tiers]
@@ -155,7 +155,7 @@ def tier_use(name: str, sim: SimResult, policy: Policy, profile: HardwareProfile
 
 def with_knob(policy: Policy, knob: str, value: str) -> Policy:
     """The policy with one dotted field set (e.g. tiers.reasoning.engine.scheduling_policy=fcfs), validated again."""
-    data = copy.deepcopy(policy.model_dump(mode="json", exclude_none=True))
+    data = copy.deepcopy(policy.model_dump(mode="json"))
     node: Any = data
     *path, last = knob.split(".")
     for key in path:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -64,6 +65,9 @@ class SimTier:
     below_since: float | None = None
     reports: dict[str, ReplicaStats] = field(default_factory=dict)
     routed_since_report: dict[str, int] = field(default_factory=dict)
+    ranking: dict[bool, list[tuple[float, float, int, SimReplica]]] = field(default_factory=dict)
+    """Per hardness, a heap of (score, tie-break, version, replica): the router's ranking, kept current cheaply."""
+    versions: dict[str, int] = field(default_factory=dict)
     serial: int = 0
     replica_seconds: float = 0.0
 
@@ -131,6 +135,7 @@ class Simulation:
         decide_fn: Callable[..., object] = decide,
         score_fn: Callable[..., float] = score_replica,
         decide_replicas_fn: Callable[..., tuple[int, ScalerState]] = decide_replicas,
+        seed: int = 0,
     ) -> None:
         self.policy = policy
         self.settings = settings
@@ -147,6 +152,7 @@ class Simulation:
             self.tiers[name] = sim
         self.requests: list[SimRequest] = []
         self.timeline: list[TimelinePoint] = []
+        self.rng = random.Random(seed)
 
     # ---- one request -----------------------------------------------------------------------------------------
 
@@ -171,20 +177,38 @@ class Simulation:
         if replica is None:  # a tier scaled to zero: Serve would hold the request until a replica starts; not modelled
             request.shed = True
             return request
-        tier.routed_since_report[replica.name] = tier.routed_since_report.get(replica.name, 0) + 1
         replica.submit(request, arrival.at_s)
         return request
 
+    def replica_score(self, tier: SimTier, replica: SimReplica, hard: bool) -> float:
+        """The real router's inputs: the last reported stats, and the queue length it knows (reported running and
+        waiting plus what it sent since)."""
+        stats = tier.reports.get(replica.name, ReplicaStats())
+        queue = stats.num_running + stats.num_waiting + tier.routed_since_report.get(replica.name, 0)
+        return self.score(stats, queue, hard, tier.config.router_weights)
+
+    def rank(self, tier: SimTier) -> None:
+        """Score every replica afresh (after a report). Ties are broken at random, as the router's shuffle does."""
+        tier.versions = {r.name: 0 for r in tier.replicas}
+        for hard in (False, True):
+            heap = [(self.replica_score(tier, r, hard), self.rng.random(), 0, r) for r in tier.replicas]
+            heapq.heapify(heap)
+            tier.ranking[hard] = heap
+
     def pick_replica(self, tier: SimTier, hard: bool) -> SimReplica | None:
-        weights = tier.config.router_weights
-        best, best_score = None, math.inf
-        for replica in tier.replicas:
-            stats = tier.reports.get(replica.name, ReplicaStats())
-            queue = stats.num_running + stats.num_waiting + tier.routed_since_report.get(replica.name, 0)
-            score = self.score(stats, queue, hard, weights)
-            if score < best_score:
-                best, best_score = replica, score
-        return best
+        """The lowest score, as `KVAwareRequestRouter` ranks; only the replica that just got a request changes score
+        between reports, so stale heap entries are rescored when they reach the top."""
+        heap = tier.ranking.get(hard)
+        if not heap:
+            return None
+        while heap[0][2] != tier.versions[heap[0][3].name]:
+            _, tie, _, replica = heap[0]
+            heapq.heapreplace(heap, (self.replica_score(tier, replica, hard), tie, tier.versions[replica.name], replica))
+        replica = heap[0][3]
+        tier.routed_since_report[replica.name] = tier.routed_since_report.get(replica.name, 0) + 1
+        tier.versions[replica.name] += 1
+        heapq.heapreplace(heap, (self.replica_score(tier, replica, hard), heap[0][1], tier.versions[replica.name], replica))
+        return replica
 
     # ---- every tick ------------------------------------------------------------------------------------------
 
@@ -199,6 +223,7 @@ class Simulation:
             tier.replicas += [p.replica for p in ready]
             tier.reports = {r.name: r.stats() for r in tier.replicas}
             tier.routed_since_report = {}
+            self.rank(tier)
             tier.replica_seconds += self.settings.tick_s * (len(tier.replicas) + len(tier.draining) + len(tier.pending))
             stats = list(tier.reports.values())
             kv = [s.kv_occupancy for s in stats]
@@ -237,14 +262,15 @@ class Simulation:
 
     def run(self, arrivals: Sequence[Arrival], scores: dict[str, DifficultyScore], lengths: Lengths) -> SimResult:
         classifier_on = self.policy.routing.classifier.enabled
-        events: list[tuple[float, int, Arrival | None]] = [(a.at_s, 1, a) for a in arrivals]
+        # (time, 0 for a tick / 1 for an arrival, order, arrival): at equal times a tick reports first
+        events: list[tuple[float, int, int, Arrival | None]] = [(a.at_s, 1, a.index, a) for a in arrivals]
         last_arrival = max((a.at_s for a in arrivals), default=0.0)
         ticks = math.ceil((last_arrival + self.settings.drain_s) / self.settings.tick_s)
-        events += [(k * self.settings.tick_s, 0, None) for k in range(ticks + 1)]
+        events += [(k * self.settings.tick_s, 0, k, None) for k in range(ticks + 1)]
         heapq.heapify(events)
         now = 0.0
         while events:
-            now, _, arrival = heapq.heappop(events)
+            now, _, _, arrival = heapq.heappop(events)
             if arrival is None:
                 self.tick(now)
                 if now > last_arrival and all(r.end_s is not None or r.shed for r in self.requests):

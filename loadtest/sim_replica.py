@@ -39,6 +39,7 @@ class SimRequest:
     priority: int = 0
     hard: bool = False
     tier: str | None = None
+    replica: str | None = None
     degraded: str | None = None
     shed: bool = False
     generated: int = 0
@@ -76,6 +77,7 @@ class SimReplica:
 
     def submit(self, request: SimRequest, now: float) -> None:
         self.advance_to(now)
+        request.replica = self.name
         self._enqueue(request)
 
     def stats(self) -> ReplicaStats:

@@ -1,0 +1,157 @@
+"""`thinktier plan`: the simulated replica's timing and scheduling, the simulation running the project's real decision
+code (swapped here to see the result change), determinism, the command's output, and the simulator against the
+recorded H200 runs it is validated on."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from cli.main import main
+from deployments.routing import Overloaded
+from loadtest.plan import PlanInputs, min_replicas_for_slo, simulate, with_knob
+from loadtest.report import Report
+from loadtest.sim_cluster import SimSettings
+from loadtest.sim_profile import Geometry, HardwareProfile, profile_for
+from loadtest.sim_replica import SimReplica, SimRequest
+from loadtest.sim_validate import fullstack_case
+from loadtest.sim_workload import WorkloadSpec
+from loadtest.workload import Mix
+from policies.loader import load_policy
+from policies.schema import Stragglers
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "policies" / "examples"
+ONEPOOL = EXAMPLES / "gpu-onepool-haproxy.yaml"
+FULLSTACK = ROOT / "loadtest" / "results" / "gpu-fullstack"
+PROFILE = HardwareProfile("test", 0.005, 1e-4, 1e-8, 1e-5, Geometry(28, 4, 128, 14.2), 140.0)
+
+
+def replica(kv: int, priority: bool) -> SimReplica:
+    return SimReplica("r", PROFILE, kv, max_num_seqs=256, max_batched_tokens=8192, priority_scheduling=priority,
+                      stragglers=Stragglers())
+
+
+def request(index: int, priority: int = 0, thinking: int = 100, answer: int = 50, at: float = 0.0) -> SimRequest:
+    return SimRequest(index, "easy", f"p{index}", at, prompt_tokens=20, thinking_tokens=thinking, answer_tokens=answer,
+                      priority=priority)
+
+
+# ---- one replica -------------------------------------------------------------------------------------------------
+
+
+def test_a_lone_request_thinks_then_answers_at_the_profiles_step_time() -> None:
+    engine, r = replica(100_000, priority=False), request(0)
+    engine.submit(r, 0.0)
+    engine.advance_to(60.0)
+    prefill = 20 * PROFILE.prefill_s_per_token
+    assert r.first_token_s == pytest.approx(prefill + PROFILE.step_s(1, 0.0))
+    assert r.first_answer_s == pytest.approx(prefill + 100 * PROFILE.step_s(1, 20), rel=1e-6)
+    assert r.end_s == pytest.approx(r.first_answer_s + 50 * PROFILE.step_s(1, 120), rel=1e-6)
+    assert (engine.stats().num_running, engine.finished) == (0, [r])
+
+
+def test_a_full_kv_cache_preempts_the_lowest_priority_which_recomputes_later() -> None:
+    for priority, victim in ((True, 0), (False, 1)):
+        engine = replica(400, priority)
+        low, high = request(0, priority=2, thinking=300, answer=10), request(1, priority=0, thinking=300, answer=10, at=0.01)
+        engine.submit(low, 0.0)
+        engine.submit(high, 0.01)
+        engine.advance_to(120.0)
+        preempted = (low, high)[victim]
+        assert engine.preemptions_total >= 1 and preempted.preemptions >= 1
+        assert (low, high)[1 - victim].preemptions == 0
+        assert low.end_s is not None and high.end_s is not None  # both finish: the victim recomputed its tokens
+        assert preempted.end_s > (low, high)[1 - victim].end_s  # type: ignore[operator]
+
+
+def test_kv_capacity_follows_the_policy_and_the_kv_dtype() -> None:
+    tier = load_policy(ONEPOOL).tiers["reasoning"]  # 2 GiB of FP8 KV
+    profile = profile_for(tier)
+    assert profile.kv_tokens(tier) == 74_898  # vLLM reported 74,896 for this geometry (block rounding)
+    bf16 = tier.model_copy(update={"engine": tier.engine.model_copy(update={"kv_cache_dtype": "auto"})})
+    assert profile.kv_tokens(bf16) == 74_898 // 2
+
+
+# ---- the cluster runs the real decision code -----------------------------------------------------------------------
+
+
+def small(policy_path: Path = ONEPOOL, rate: float = 4.0, duration: float = 20.0, **settings: object) -> PlanInputs:
+    spec = WorkloadSpec(Mix.parse("easy=0.5,medium=0.3,hard=0.1,chat=0.1"), rate, 0.5, duration, 3)
+    return PlanInputs(load_policy(policy_path), spec, settings=SimSettings(**settings))  # type: ignore[arg-type]
+
+
+def test_the_routing_decision_is_the_real_decide() -> None:
+    baseline = simulate(small())
+    assert baseline.run.overall.shed == 0 and baseline.run.overall.ok == baseline.run.overall.requests
+
+    def refuse(*args: object) -> None:
+        raise Overloaded("saturated", 5)
+
+    refused = simulate(small(), decide_fn=refuse)
+    assert refused.run.overall.shed == refused.run.overall.requests > 0
+
+
+def test_the_replica_choice_is_the_real_router_score() -> None:
+    spread = Counter(r.replica for r in simulate(small()).sim.requests)
+    assert len(spread) == 2 and min(spread.values()) > 0
+    # A score that prefers whichever replica already has the most work sends everything to one replica.
+    piled = Counter(r.replica for r in simulate(small(), score_fn=lambda stats, queue, hard, weights: -queue).sim.requests)
+    assert len(piled) == 1
+
+
+def test_the_replica_count_is_the_real_autoscaler_decision() -> None:
+    policy = with_knob(load_policy(ONEPOOL), "tiers.reasoning.replicas", '{"min": 1, "max": 4}')
+    inputs = replace(small(rate=0.5, startup_s=2.0), policy=policy)
+    steady = simulate(inputs)
+    assert {t.tier: t.replicas_max for t in steady.tiers} == {"reasoning": 1}
+    grown = simulate(inputs, decide_replicas_fn=lambda state, sample, targets, replicas, now: (replicas.max, state))
+    assert {t.tier: t.replicas_max for t in grown.tiers} == {"reasoning": 4}
+
+
+def test_a_plan_is_the_same_for_the_same_seed() -> None:
+    first, second = simulate(small(EXAMPLES / "gpu-tiered-haproxy.yaml")), simulate(small(EXAMPLES / "gpu-tiered-haproxy.yaml"))
+    assert first.report.model_dump() == second.report.model_dump()
+    other = simulate(replace(small(), workload=replace(small().workload, seed=4)))
+    assert other.report.model_dump() != simulate(small()).report.model_dump()
+
+
+def test_the_fewest_replicas_that_meet_the_slos() -> None:
+    counts, result = min_replicas_for_slo(small(rate=1.0), target=0.95)
+    assert counts == {"reasoning": 1}  # one request a second of this mix fits one replica
+    assert result.run.overall.slo_attainment >= 0.95
+
+
+def test_a_sweep_knob_that_is_not_a_field_says_which_fields_exist() -> None:
+    with pytest.raises(ValueError, match=r"'engin' is not a field here; found \['autoscaling', 'budgets'"):
+        with_knob(load_policy(ONEPOOL), "tiers.reasoning.engin.scheduling_policy", "fcfs")
+    assert with_knob(load_policy(ONEPOOL), "tiers.reasoning.engine.scheduling_policy", "priority").tiers[
+        "reasoning"
+    ].engine.scheduling_policy == "priority"
+
+
+def test_the_plan_command_writes_the_report_and_plots(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "plan"
+    assert main(["plan", "--policy", str(ONEPOOL), "--rate", "2", "--duration", "20", "--out", str(out)]) == 0
+    assert "goodput" in capsys.readouterr().out
+    text = (out / "plan.md").read_text()
+    assert "| reasoning | 2 / 2.0 / 2 |" in text and "| easy |" in text and "cost per 1,000 answers" in text
+    assert json.loads((out / "plan.json").read_text())["requests"] > 20
+    assert all((out / f).stat().st_size > 1000 for f in ("plan_timeline.png", "plan_latency_cdf.png"))
+
+
+# ---- validation against the H200 runs --------------------------------------------------------------------------------
+
+
+def test_the_simulator_reproduces_the_h200_full_stack_runs_within_25_percent() -> None:
+    for name, policy in (("onepool", ONEPOOL), ("tiered-split", EXAMPLES / "gpu-tiered-haproxy.yaml")):
+        case = fullstack_case(name, FULLSTACK / f"{name}-report.json", policy)
+        figures = {f.name: f for f in case.figures}
+        real = Report.model_validate_json((FULLSTACK / f"{name}-report.json").read_text()).runs[0]
+        assert figures["goodput req/s"].real == real.goodput_rps
+        for figure in ("goodput req/s", "output tok/s", "easy TTFVT p99 s", "hard goodput req/s"):
+            assert abs(figures[figure].error) <= 0.25, (name, figures[figure])  # type: ignore[arg-type]
