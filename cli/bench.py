@@ -26,6 +26,18 @@ def _overhead(args: argparse.Namespace) -> int:
     return 0
 
 
+def _planner(args: argparse.Namespace) -> int:
+    from loadtest.plan_bench import run
+
+    text, measured = run(args.out, with_speed=not args.no_speed)
+    print(text.splitlines()[2] if len(text.splitlines()) > 2 else text)
+    if measured is not None:
+        print(f"1,000 replicas for {measured['simulated_s']:.0f} simulated s ({measured['requests']:,} requests): "
+              f"{measured['wall_s']} s of wall time (aim < 300 s)")
+    print(f"wrote {args.out}/validation.md" + (f" and {args.out}/speed.json" if measured is not None else ""))
+    return 0
+
+
 def _autoscaling(args: argparse.Namespace) -> int:
     from loadtest.autoscaling_bench import Workload, run
 
@@ -195,3 +207,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _register_gpu(commands)
     add_frontdoor(commands)
     add_fullstack(commands)
+    planner = commands.add_parser(
+        "planner",
+        help="the simulator (`thinktier plan`) against the recorded runs, and its speed at 1,000 replicas",
+        description="Replays every recorded run the simulator can replay (the H200 full-stack and engine runs, and the "
+        "2-core CPU comparison when a CPU step profile exists) and writes validation.md (each figure real, simulated "
+        "and the error); then simulates 1,000 reasoning replicas for an hour at 10,000 requests a minute and writes "
+        "speed.json (wall time; aim under 5 minutes).",
+    )
+    planner.add_argument("--out", type=Path, default=Path("loadtest/results/plan"),
+                         help="output folder (default loadtest/results/plan)")
+    planner.add_argument("--no-speed", action="store_true", help="only the validation")
+    planner.set_defaults(func=_planner)

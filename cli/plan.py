@@ -29,6 +29,13 @@ def _replicas(text: str) -> dict[str, int]:
         raise argparse.ArgumentTypeError(f"--replicas {text!r}: counts must be whole numbers, e.g. reasoning=100") from None
 
 
+def _setting(text: str) -> tuple[str, str]:
+    knob, sep, value = text.partition("=")
+    if not sep or not knob or not value:
+        raise argparse.ArgumentTypeError(f"--set {text!r}: expected KNOB=VALUE, e.g. tiers.reasoning.replicas.max=1000")
+    return knob, value
+
+
 def _sweep(text: str) -> tuple[str, list[str]]:
     knob, sep, values = text.partition("=")
     if not sep or not knob or not values:
@@ -45,7 +52,9 @@ def _plan(args: argparse.Namespace) -> int:
 
     try:
         policy = load_policy(args.policy)
-    except PolicyError as exc:
+        for knob, value in args.set:
+            policy = plan.with_knob(policy, knob, value)
+    except (PolicyError, ValueError) as exc:
         print(exc, file=sys.stderr)
         return 1
     unknown = sorted(set(args.replicas) - set(policy.tiers))
@@ -102,6 +111,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "and stragglers per tier over time, per-class TTFVT and E2E, goodput, device-hours and cost per 1,000 answers.",
     )
     p.add_argument("--policy", required=True, type=Path, help="policy file to simulate")
+    p.add_argument("--set", type=_setting, action="append", default=[], metavar="KNOB=VALUE",
+                   help="change one policy field before simulating (repeatable), e.g. tiers.reasoning.replicas.max=1000")
     w = p.add_argument_group("workload (the load test's definitions: the same seed gives the same prompts at the same times)")
     w.add_argument("--workload", type=Path, default=None, metavar="REPORT.json",
                    help="replay the workload of a recorded `thinktier loadtest run` (its mix, rate, shape, duration, seed)")

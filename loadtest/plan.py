@@ -163,7 +163,10 @@ def with_knob(policy: Policy, knob: str, value: str) -> Policy:
             have = sorted(node) if isinstance(node, dict) else node
             raise ValueError(f"--sweep {knob}: {key!r} is not a field here; found {have}")
         node = node[key]
-    node[last] = json.loads(value) if value[:1] in "0123456789-[{tfn" else value
+    try:
+        node[last] = json.loads(value)  # numbers, true/false/null, lists and objects
+    except json.JSONDecodeError:
+        node[last] = value  # a bare word such as fcfs
     return parse_policy(json.dumps(data), f"{knob}={value}")
 
 

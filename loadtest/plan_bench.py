@@ -1,0 +1,88 @@
+"""`thinktier bench planner`: the simulator against every recorded run it can replay (validation.md), and its speed at
+fleet scale (speed.json): 1,000 reasoning replicas for one simulated hour at 10,000 requests a minute."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from loadtest.plan import PlanInputs, simulate, with_knob
+from loadtest.sim_cluster import SimSettings
+from loadtest.sim_profile import DEFAULT_PROFILES
+from loadtest.sim_validate import Case, engine_case, fullstack_case, markdown
+from loadtest.sim_workload import WorkloadSpec
+from loadtest.workload import Mix
+from policies.loader import load_policy
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS, EXAMPLES = ROOT / "loadtest" / "results", ROOT / "policies" / "examples"
+FULLSTACK = RESULTS / "gpu-fullstack"
+GPU = RESULTS / "gpu"
+COMPARE = RESULTS / "compare-after-layout"
+
+FULLSTACK_CASES = (
+    ("H200 x2 full stack, one pool (the serving overhead was fitted on this run)", "onepool", "gpu-onepool-haproxy.yaml"),
+    ("H200 x2 full stack, tiered on split GPUs", "tiered-split", "gpu-tiered-haproxy.yaml"),
+    ("H200 x2 full stack, tiered on shared GPUs", "tiered-shared", "gpu-fullstack-tiered.yaml"),
+)
+ENGINE_CASES = (
+    ("H200 engine, workload A, FCFS", "run-kv.json", "fp8", "workload-A.json"),
+    ("H200 engine, workload B, FCFS", "run-kv.json", "fp8", "workload-B.json"),
+    ("H200 engine, workload B, priority", "run-sched.json", "fp8-prio", "workload-B.json"),
+)
+CPU_CASES = (
+    ("2-core CPU full stack, tiered (real model: recorded thinking lengths)", "thinktier-tiered", "compare-tiered.yaml"),
+    ("2-core CPU full stack, single pool (real model: recorded thinking lengths)", "thinktier-single-pool",
+     "compare-single-pool.yaml"),
+)
+
+
+def validation_cases() -> list[Case]:
+    cases = [
+        fullstack_case(title, FULLSTACK / f"{name}-report.json", EXAMPLES / policy) for title, name, policy in FULLSTACK_CASES
+    ]
+    cases += [
+        engine_case(title, GPU / run, config, GPU / workload, EXAMPLES / "h200-7b.yaml")
+        for title, run, config, workload in ENGINE_CASES
+    ]
+    if DEFAULT_PROFILES["cpu"].exists():
+        cases += [
+            fullstack_case(title, COMPARE / name / "report.json", EXAMPLES / policy, f"recorded:{COMPARE / name / n}")
+            for title, name, policy in CPU_CASES
+            for n in ("requests.jsonl",)
+        ]
+    return cases
+
+
+def speed(replicas: int = 1000, rate: float = 10_000 / 60, duration_s: float = 3600.0) -> dict[str, object]:
+    """The fleet policy with a fixed reasoning pool of `replicas` (chat: a tenth), under `rate` requests/s."""
+    policy = load_policy(EXAMPLES / "fleet-h200.yaml")
+    for knob, value in (("tiers.reasoning.replicas.max", replicas), ("tiers.chat.replicas.max", replicas // 10)):
+        policy = with_knob(policy, knob, str(value))
+    spec = WorkloadSpec(Mix.parse("easy=0.5,medium=0.3,hard=0.1,chat=0.1"), rate, 0.5, duration_s, 1)
+    settings = SimSettings(autoscale=False, replicas={"reasoning": replicas, "chat": replicas // 10}, drain_s=300)
+    started = time.monotonic()
+    result = simulate(PlanInputs(policy, spec, settings=settings))
+    return {
+        "command": "thinktier bench planner",
+        "replicas": {"reasoning": replicas, "chat": replicas // 10},
+        "rate_rps": rate,
+        "simulated_s": result.sim.end_s,
+        "requests": len(result.sim.requests),
+        "wall_s": round(time.monotonic() - started, 1),
+        "aim_wall_s": 300,
+        "goodput_rps": result.run.goodput_rps,
+        "tiers": [asdict(t) for t in result.tiers],
+    }
+
+
+def run(out: Path, with_speed: bool = True) -> tuple[str, dict[str, object] | None]:
+    out.mkdir(parents=True, exist_ok=True)
+    text = markdown(validation_cases())
+    (out / "validation.md").write_text(text)
+    measured = speed() if with_speed else None
+    if measured is not None:
+        (out / "speed.json").write_text(json.dumps(measured, indent=1) + "\n")
+    return text, measured
