@@ -42,7 +42,19 @@ def _sweep(text: str) -> tuple[str, list[str]]:
         raise argparse.ArgumentTypeError(
             f"--sweep {text!r}: expected KNOB=v1,v2,... e.g. tiers.reasoning.engine.scheduling_policy=fcfs,priority"
         )
-    return knob, [v for v in values.split(",") if v]
+    return knob, [v for v in _top_level_split(values) if v]
+
+
+def _top_level_split(text: str) -> list[str]:
+    """Split at commas outside brackets and braces, so a value may be JSON: {"easy":0,"hard":2},{"easy":0,"hard":0}."""
+    parts, depth, start = [], 0, 0
+    for i, char in enumerate(text):
+        depth += char in "[{"
+        depth -= char in "]}"
+        if char == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    return [*parts, text[start:]]
 
 
 def _plan(args: argparse.Namespace) -> int:
@@ -81,7 +93,11 @@ def _plan(args: argparse.Namespace) -> int:
         return 0
     if args.sweep is not None:
         knob, values = args.sweep
-        rows = plan.sweep(inputs, knob, values)
+        try:
+            rows = plan.sweep(inputs, knob, values)
+        except (PolicyError, ValueError) as exc:
+            print(exc, file=sys.stderr)
+            return 1
         for value, result in rows:
             plan.write(result, out / f"{knob}={value}", f"{knob}={value}", args.device_hour_usd)
         print(plan.sweep_markdown(knob, rows, args.device_hour_usd), end="")

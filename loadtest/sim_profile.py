@@ -25,7 +25,8 @@ GIB = 1024**3
 RESULTS = Path(__file__).resolve().parent / "results"
 DEFAULT_PROFILES = {"gpu": RESULTS / "gpu" / "h200_step_profile.json", "cpu": RESULTS / "cpu" / "cpu_step_profile.json"}
 """The profile a tier's pool gets unless one is named."""
-KV_DTYPE_BYTES = {"fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "auto": 2, "bfloat16": 2, "float16": 2, "float32": 4}
+DTYPE_BYTES = {"fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "auto": 2, "bfloat16": 2, "float16": 2, "float32": 4}
+"""Bytes per value; KV dtype 'auto' stores KV in the weights' dtype (and dtype 'auto' is 16-bit for these models)."""
 
 
 @dataclass(frozen=True)
@@ -37,8 +38,9 @@ class Geometry:
     head_dim: int
     weights_gib: float
 
-    def kv_bytes_per_token(self, kv_cache_dtype: str) -> int:
-        return 2 * self.layers * self.kv_heads * self.head_dim * KV_DTYPE_BYTES.get(kv_cache_dtype, 2)
+    def kv_bytes_per_token(self, kv_cache_dtype: str, dtype: str = "auto") -> int:
+        stored = dtype if kv_cache_dtype == "auto" else kv_cache_dtype
+        return 2 * self.layers * self.kv_heads * self.head_dim * DTYPE_BYTES[stored]
 
 
 @dataclass(frozen=True)
@@ -64,7 +66,7 @@ class HardwareProfile:
     def kv_tokens(self, tier: Tier) -> int:
         """KV cache tokens of one replica: the policy's KV size, or what gpu_memory_utilization leaves after the
         weights (activation memory ignored)."""
-        per_token = self.geometry.kv_bytes_per_token(tier.engine.kv_cache_dtype)
+        per_token = self.geometry.kv_bytes_per_token(tier.engine.kv_cache_dtype, tier.engine.dtype)
         if tier.engine.kv_cache_memory_gib is not None:
             return int(tier.engine.kv_cache_memory_gib * GIB // per_token)
         share = tier.engine.gpu_memory_utilization * self.device_memory_gib - self.geometry.weights_gib
