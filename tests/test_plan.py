@@ -155,3 +155,14 @@ def test_the_simulator_reproduces_the_h200_full_stack_runs_within_25_percent() -
         assert figures["goodput req/s"].real == real.goodput_rps
         for figure in ("goodput req/s", "output tok/s", "easy TTFVT p99 s", "hard goodput req/s"):
             assert abs(figures[figure].error) <= 0.25, (name, figures[figure])  # type: ignore[arg-type]
+
+
+def test_a_sweep_runs_one_plan_per_value_and_takes_json_values(tmp_path: Path) -> None:
+    priorities = '{"easy":0,"medium":1,"hard":2},{"easy":0,"medium":0,"hard":0}'
+    argv = ["plan", "--policy", str(ONEPOOL), "--rate", "2", "--duration", "10", "--out", str(tmp_path),
+            "--set", "tiers.reasoning.engine.scheduling_policy=priority", "--sweep", f"routing.priority={priorities}"]
+    assert main(argv) == 0
+    rows = [line for line in (tmp_path / "sweep.md").read_text().splitlines() if line.startswith('| {"easy"')]
+    assert len(rows) == 2
+    assert len(list(tmp_path.glob("routing.priority=*/plan.md"))) == 2
+    assert main(["plan", "--policy", str(ONEPOOL), "--out", str(tmp_path), "--sweep", "routing.nope=1,2"]) == 1
