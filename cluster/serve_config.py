@@ -11,7 +11,7 @@ from typing import Any
 
 from cluster.autoscaling import serve_autoscaling_config
 from cluster.request_router import serve_request_router_config
-from policies.schema import Policy, Server, Tier
+from policies.schema import Policy, Replicas, Server, Tier
 
 APP_NAME = "thinktier"
 APP_IMPORT_PATH = "cluster.app:build_app"
@@ -60,19 +60,18 @@ def ray_env(server: Server) -> dict[str, str]:
     return dict(HAPROXY_ENV) if server.http_proxy == "haproxy" else {}
 
 
-def _ingress_scaling(server: Server) -> dict[str, Any]:
-    """A fixed number of Ingress replicas, or Ray Serve's ongoing-requests autoscaling between min and max."""
-    replicas = server.ingress_replicas
+def replica_count_options(replicas: Replicas, **autoscaling: Any) -> dict[str, Any]:
+    """A fixed replica count, or Ray Serve's own ongoing-requests autoscaling between min and max (plus the given
+    `autoscaling_config` settings; Ray's defaults for the rest)."""
     if replicas.min == replicas.max:
         return {"num_replicas": replicas.min}
-    return {
-        "autoscaling_config": {
-            "min_replicas": replicas.min,
-            "max_replicas": replicas.max,
-            "initial_replicas": replicas.initial,
-            "target_ongoing_requests": server.ingress_target_ongoing_requests,
-        }
-    }
+    bounds = {"min_replicas": replicas.min, "max_replicas": replicas.max, "initial_replicas": replicas.initial}
+    return {"autoscaling_config": bounds | autoscaling}
+
+
+def _ingress_scaling(server: Server) -> dict[str, Any]:
+    """A fixed number of Ingress replicas, or Ray Serve's ongoing-requests autoscaling between min and max."""
+    return replica_count_options(server.ingress_replicas, target_ongoing_requests=server.ingress_target_ongoing_requests)
 
 
 def tier_options(name: str, tier: Tier, in_pools: bool) -> dict[str, Any]:

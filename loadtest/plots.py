@@ -18,6 +18,13 @@ from loadtest.report import Report, RunReport
 from loadtest.runner import RunRecord
 
 
+def _save(fig: Any, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def latency_cdfs(record: RunRecord, path: Path) -> Path:
     """CDF of TTFVT and E2E per request class, one panel each."""
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
@@ -31,10 +38,7 @@ def latency_cdfs(record: RunRecord, path: Path) -> Path:
         ax.set(title=f"{title}, {record.label}", xlabel="seconds", ylabel="share of requests", ylim=(0, 1.02))
         ax.grid(alpha=0.3)
         ax.legend(loc="lower right", fontsize="small")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def kv_timeline(run: RunReport, path: Path) -> Path:
@@ -56,10 +60,7 @@ def kv_timeline(run: RunReport, path: Path) -> Path:
             ax.legend(fontsize="small")
     if not run.timeline:
         kv_ax.text(0.5, 0.5, "no tier metrics were scraped", ha="center", va="center", transform=kv_ax.transAxes)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def goodput_vs_load(report: Report, path: Path) -> Path:
@@ -74,10 +75,7 @@ def goodput_vs_load(report: Report, path: Path) -> Path:
     ax.set(title="Goodput vs offered load", xlabel="offered req/s", ylabel="req/s")
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def compare_goodput(reports: dict[str, Report], path: Path) -> Path:
@@ -89,10 +87,7 @@ def compare_goodput(reports: dict[str, Report], path: Path) -> Path:
     ax.set(title="Goodput vs offered load", xlabel="offered req/s", ylabel="goodput req/s (SLOs met)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def class_p99_bars(reports: dict[str, Report], path: Path) -> Path:
@@ -108,10 +103,7 @@ def class_p99_bars(reports: dict[str, Report], path: Path) -> Path:
     ax.set(title="TTFVT p99 per request class", ylabel="seconds (log)", yscale="log")
     ax.grid(alpha=0.3, axis="y")
     ax.legend(fontsize="small")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def plan_timeline(points: Sequence[Any], path: Path) -> Path:
@@ -129,10 +121,7 @@ def plan_timeline(points: Sequence[Any], path: Path) -> Path:
     for ax in (rep_ax, kv_ax, st_ax):
         ax.grid(alpha=0.3)
         ax.legend(fontsize="small")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def write_plots(report: Report, records: list[RunRecord], out_dir: Path) -> list[Path]:

@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 
+from cluster.serve_config import replica_count_options
 from deployments.engine import engine_kwargs
 from deployments.models import resolve_model
 from loadtest.client import RequestOptions
@@ -83,14 +84,7 @@ def settings_from_tier(tier: Tier, model_id: str = PEER_MODEL_ID, cpu_threads: s
 
 def replica_scaling(tier: Tier) -> dict[str, Any]:
     """The tier's replica count; between min and max, Ray Serve's own autoscaling (its default target)."""
-    replicas = tier.replicas
-    if replicas.min == replicas.max:
-        return {"num_replicas": replicas.min}
-    return {
-        "autoscaling_config": {
-            "min_replicas": replicas.min, "max_replicas": replicas.max, "initial_replicas": replicas.initial
-        }
-    }
+    return replica_count_options(tier.replicas)
 
 
 def peer_options(policy: Policy, tier_name: str, model_id: str) -> RequestOptions:
