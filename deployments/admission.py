@@ -3,6 +3,7 @@ more request now (a slot, or 429)."""
 
 from __future__ import annotations
 
+import hmac
 import os
 from types import TracebackType
 
@@ -41,13 +42,21 @@ class Admission:
         self._in_flight: dict[str, int] = {}
 
     def tenant(self, policy: Policy, authorization: str) -> str:
-        """The tenant an `Authorization: Bearer <key>` header names; 401 for an unknown key, or no key where
-        anonymous requests are not allowed."""
-        key = authorization.removeprefix("Bearer ").strip() if authorization.startswith("Bearer ") else ""
+        """The tenant an `Authorization: Bearer <key>` header names (the scheme in any case); 401 for an unknown key,
+        another scheme, or no key where anonymous requests are not allowed. Every tenant's key is compared, in
+        constant time, so the time taken tells nothing about which key came close."""
+        scheme, _, key = authorization.strip().partition(" ")
+        if scheme and scheme.lower() != "bearer":
+            raise APIError(401, f"unsupported authorization scheme {scheme[:20]!r}: send 'Authorization: Bearer <key>'",
+                           "authentication_error", code="invalid_api_key")
+        key = key.strip()
+        found = None
         for name, tenant in policy.tenants.items():
-            expected = os.environ.get(tenant.api_key_env)
-            if expected and key == expected:
-                return name
+            expected = os.environ.get(tenant.api_key_env, "")
+            if hmac.compare_digest(key.encode(), expected.encode()) and expected:
+                found = name
+        if found is not None:
+            return found
         if key and policy.tenants:
             raise APIError(401, "unknown API key: it belongs to no tenant of this service's policy", "authentication_error",
                            code="invalid_api_key")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -26,6 +27,7 @@ from policies.loader import DEFAULT_POLICY
 from policies.schema import Policy
 from policies.watcher import PolicyChange, PolicyWatcher
 
+logger = logging.getLogger("ray.serve")
 AUTO_MODELS = frozenset({"thinktier", "auto"})
 """Model names that let the router pick the tier."""
 
@@ -119,11 +121,17 @@ class Ingress:
     # ---- the flow ------------------------------------------------------------------------------------------------
 
     async def _body(self, request: Request) -> bytes:
-        body = await request.body()
-        if len(body) > self.policy.server.max_body_bytes:
-            raise oa.APIError(413, f"request body is {len(body)} bytes; the limit is {self.policy.server.max_body_bytes}",
-                              code="body_too_large")
-        return body
+        """The body, read no further than the limit: a declared or streamed body past it is refused unread."""
+        limit = self.policy.server.max_body_bytes
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > limit:
+            raise oa.APIError(413, f"request body is {declared} bytes; the limit is {limit}", code="body_too_large")
+        body = bytearray()
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > limit:
+                raise oa.APIError(413, f"request body is over {limit} bytes, the limit", code="body_too_large")
+        return bytes(body)
 
     async def _decide(self, parsed: oa.OpenAIRequest, tenant: str) -> Decision:
         requested = self.policy.tier_for_model(parsed.model)
@@ -153,9 +161,12 @@ class Ingress:
         return decision
 
     async def _serve(self, request: Request, kind: type[oa.OpenAIRequest]) -> Response:
+        """Who is calling first (401 before the body is read), then the body within its limit (413), then the request
+        itself (400), then a slot (429). Every failure is an OpenAI-shaped JSON error."""
         try:
+            tenant = self.admission.tenant(self.policy, request.headers.get("authorization", ""))
             parsed = oa.parse_request(await self._body(request), kind)
-            slot = self.admission.slot(self.policy, self.admission.tenant(self.policy, request.headers.get("authorization", "")))
+            slot = self.admission.slot(self.policy, tenant)
         except oa.APIError as err:
             return JSONResponse(err.body, status_code=err.status, headers=err.headers)
         streaming = False
@@ -166,6 +177,10 @@ class Ingress:
             return response
         except oa.APIError as err:
             return JSONResponse(err.body, status_code=err.status, headers=err.headers)
+        except Exception:  # a server fault still answers in the API's shape; cancellation passes through
+            logger.exception("request failed")
+            err = oa.APIError(500, "the server failed to serve this request; it was logged", "server_error")
+            return JSONResponse(err.body, status_code=err.status)
         finally:
             if not streaming:  # a started stream gives the slot back when it ends
                 slot.release()

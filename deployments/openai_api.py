@@ -5,12 +5,29 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from deployments.protocol import TierChunk
 from policies.schema import Effort
+
+MAX_TOKENS = 2**31 - 1
+"""Upper bound of every token count a client may send (vLLM's own bound); the policy clips far below it."""
+MAX_STOPS = 4
+
+
+def _encodable(text: str) -> str:
+    """Text must be valid Unicode: JSON can carry a lone surrogate ("\\ud800") that no tokenizer can encode."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"text is not valid Unicode ({exc.reason} at character {exc.start})") from None
+    return text
+
+
+Text = Annotated[str, AfterValidator(_encodable)]
+StopText = Annotated[str, Field(min_length=1), AfterValidator(_encodable)]
 
 
 class OpenAIRequest(BaseModel):
@@ -18,18 +35,29 @@ class OpenAIRequest(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    model: str = Field(min_length=1)
+    model: Text = Field(min_length=1)
     stream: bool = False
     stream_options: dict[str, bool] | None = None
-    max_tokens: int | None = Field(None, ge=1, description="Cap on answer (visible) tokens, clipped to the policy.")
+    max_tokens: int | None = Field(
+        None, ge=1, le=MAX_TOKENS, description="Cap on answer (visible) tokens, clipped to the policy."
+    )
     temperature: float = Field(0.7, ge=0, le=2)
     top_p: float = Field(1.0, gt=0, le=1)
     n: int = Field(1, ge=1, le=1, description="One choice per request; self-consistency samples come from the policy.")
-    seed: int | None = None
-    stop: str | list[str] | None = None
+    seed: int | None = Field(None, ge=-(2**63), le=2**63 - 1, description="Sampling seed (vLLM's int64 range).")
+    stop: StopText | list[StopText] | None = Field(None, description="Up to 4 non-empty stop strings.")
     reasoning_effort: Effort | None = None
-    max_thinking_tokens: int | None = Field(None, ge=0, description="thinktier: cap on thinking tokens, clipped to the policy.")
-    user: str | None = None
+    max_thinking_tokens: int | None = Field(
+        None, ge=0, le=MAX_TOKENS, description="thinktier: cap on thinking tokens, clipped to the policy."
+    )
+    user: Text | None = None
+
+    @field_validator("stop")
+    @classmethod
+    def _at_most_four_stops(cls, stop: str | list[str] | None) -> str | list[str] | None:
+        if isinstance(stop, list) and len(stop) > MAX_STOPS:
+            raise ValueError(f"at most {MAX_STOPS} stop strings, got {len(stop)}")
+        return stop
 
     def prompt_text(self) -> str:
         """The text the difficulty classifier reads."""
@@ -53,14 +81,14 @@ class OpenAIRequest(BaseModel):
 
 class TextPart(BaseModel):
     type: Literal["text"]
-    text: str
+    text: Text
 
 
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     role: Literal["system", "developer", "user", "assistant"]
-    content: str | list[TextPart]
+    content: Text | list[TextPart]
 
     def text(self) -> str:
         return self.content if isinstance(self.content, str) else "".join(p.text for p in self.content)
@@ -68,7 +96,13 @@ class ChatMessage(BaseModel):
 
 class ChatCompletionRequest(OpenAIRequest):
     messages: list[ChatMessage] = Field(min_length=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS)
+
+    @model_validator(mode="after")
+    def _has_a_prompt(self) -> ChatCompletionRequest:
+        if not self.prompt_text().strip():
+            raise ValueError("the prompt is empty: the last user message has no text")
+        return self
 
     @property
     def answer_cap(self) -> int | None:
@@ -84,14 +118,16 @@ class ChatCompletionRequest(OpenAIRequest):
 
 
 class CompletionRequest(OpenAIRequest):
-    prompt: str | list[str]
-    max_tokens: int | None = Field(16, ge=1)
+    prompt: Text | list[Text]
+    max_tokens: int | None = Field(16, ge=1, le=MAX_TOKENS)
 
     @field_validator("prompt")
     @classmethod
     def _one_prompt(cls, prompt: str | list[str]) -> str | list[str]:
         if isinstance(prompt, list) and len(prompt) != 1:
             raise ValueError("exactly one prompt per request is supported; send a list of prompts as separate requests")
+        if not (prompt if isinstance(prompt, str) else prompt[0]).strip():
+            raise ValueError("the prompt is empty")
         return prompt
 
     @property
@@ -121,15 +157,23 @@ def parse_request(raw: bytes, model: type[OpenAIRequest]) -> Any:
         data = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise APIError(400, f"request body is not valid JSON: {exc}", code="invalid_json") from None
+    except RecursionError:
+        raise APIError(400, "request body nests JSON too deeply", code="invalid_json") from None
+    except ValueError as exc:  # e.g. an integer of more digits than Python converts
+        raise APIError(400, f"request body has a value JSON cannot carry here: {exc}", code="invalid_json") from None
     if not isinstance(data, dict):
         raise APIError(400, "request body must be a JSON object", code="invalid_json")
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        param = ".".join(str(p) for p in first["loc"])
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
-        raise APIError(400, f"invalid request: {problems}", param=param, code="invalid_value") from None
+        problems = list(dict.fromkeys((_field_path(e["loc"]), e["msg"].removeprefix("Value error, ")) for e in exc.errors()))
+        text = "; ".join(f"{path}: {message}" if path else message for path, message in problems)
+        raise APIError(400, f"invalid request: {text}", param=problems[0][0] or None, code="invalid_value") from None
+
+
+def _field_path(loc: tuple[int | str, ...]) -> str:
+    """'messages.0.content' from pydantic's location, without the names it gives the branches of a union."""
+    return ".".join(str(part) for part in loc if isinstance(part, int) or part.isidentifier())
 
 
 def usage(chunk: TierChunk) -> dict[str, Any]:

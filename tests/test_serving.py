@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -130,6 +131,20 @@ def test_metrics_count_the_request(serving_url: str) -> None:
         (b'{"model": "thinktier", "messages": [{"role": "user", "content": "hi"}], "reasoning_effort": "max"}', 400,
          "reasoning_effort"),
         (b'{"model": "no-such-model", "messages": [{"role": "user", "content": "hi"}]}', 404, "model"),
+        # hostile inputs that once came back as plain-text 500s
+        (b'{"model": "thinktier", "messages": ' + b"[" * 20_000 + b"]" * 20_000 + b"}", 400, None),
+        (b'{"model": "thinktier", "messages": [{"role": "user", "content": "hi"}], "max_tokens": ' + b"9" * 5000 + b"}",
+         400, None),
+        (b'{"model": "thinktier", "messages": [{"role": "user", "content": "\\ud800 lone surrogate"}]}', 400,
+         "messages.0.content"),
+        (b'{"model": "thinktier", "messages": [{"role": "user", "content": "hi"}], "stop": [""]}', 400, "stop"),
+        (b'{"model": "thinktier", "messages": [{"role": "user", "content": ""}]}', 400, None),
+        (b'{"model": "thinktier", "messages": [{"role": "user", "content": "hi"}], "seed": 18446744073709551616}', 400,
+         "seed"),
+        (b'{"model": "thinktier", "messages": [{"role": "user", "content": "hi"}], "seed": -9223372036854775809}', 400,
+         "seed"),
+        (b'{"model": "thinktier", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4294967296}', 400,
+         "max_tokens"),
     ],
 )
 def test_bad_requests_get_openai_errors_and_service_keeps_serving(
@@ -141,6 +156,20 @@ def test_bad_requests_get_openai_errors_and_service_keeps_serving(
     error = response.json()["error"]
     assert error["message"] and error["type"] == "invalid_request_error"
     assert error["param"] == param
+    assert chat(serving_url, model="tiny-chat").status_code == 200
+
+
+def test_an_empty_completion_prompt_and_an_endless_body_get_openai_errors(serving_url: str) -> None:
+    empty = httpx.post(f"{serving_url}/v1/completions", json={"model": "tiny-chat", "prompt": " "}, timeout=60)
+    assert empty.status_code == 400 and "the prompt is empty" in empty.json()["error"]["message"]
+
+    def endless() -> Iterator[bytes]:  # chunked: no Content-Length to refuse it by
+        yield b'{"model": "tiny-chat", "messages": [{"role": "user", "content": "'
+        for _ in range(400):
+            yield b"x" * 4096
+
+    too_big = httpx.post(f"{serving_url}/v1/chat/completions", content=endless(), timeout=60)
+    assert too_big.status_code == 413 and too_big.json()["error"]["code"] == "body_too_large"
     assert chat(serving_url, model="tiny-chat").status_code == 200
 
 
@@ -236,6 +265,13 @@ def test_tenants_are_known_by_api_key_and_held_to_their_effort(serving_url: str,
         while ask(TENANT_KEY).headers.get("x-thinktier-thinking-budget") != low:
             assert time.monotonic() < deadline, "the tenant's max_effort never applied"
             time.sleep(0.5)
+        lower_case = httpx.post(f"{serving_url}/v1/chat/completions", headers={"Authorization": f"bearer  {TENANT_KEY}"},
+                                json={"model": "tiny-reasoning", "reasoning_effort": "high", "messages": QUESTION,
+                                      "max_tokens": 4}, timeout=120)
+        assert lower_case.headers.get("x-thinktier-thinking-budget") == low  # the scheme in any case, spaces trimmed
+        basic = httpx.post(f"{serving_url}/v1/chat/completions", headers={"Authorization": "Basic dXNlcjpwYXNz"},
+                           content=b"{not even json", timeout=60)
+        assert basic.status_code == 401 and "unsupported authorization scheme" in basic.json()["error"]["message"]
         unknown = ask("sk-not-a-tenant")
         assert unknown.status_code == 401
         error = unknown.json()["error"]
