@@ -14,6 +14,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from ray import serve
+from ray.serve.context import _get_serve_request_context
 from ray.serve.handle import DeploymentHandle
 
 from deployments import openai_api as oa
@@ -147,8 +148,12 @@ class Ingress:
             tenant=tenant,
         )
         difficulty = None
-        if self.classifier is not None and self.policy.routing.classifier.enabled:
-            difficulty = await self.classifier.score.remote(routing.prompt)
+        classifier = self.policy.routing.classifier
+        if self.classifier is not None and classifier.enabled:
+            try:
+                difficulty = await asyncio.wait_for(self.classifier.score.remote(routing.prompt), classifier.timeout_s)
+            except TimeoutError:  # route on the request alone rather than hold it
+                self.metrics.classifier_timeouts.inc()
         try:
             decision = decide(self.policy, routing, difficulty, self._loads())
         except Overloaded as shed:
@@ -162,7 +167,13 @@ class Ingress:
 
     async def _serve(self, request: Request, kind: type[oa.OpenAIRequest]) -> Response:
         """Who is calling first (401 before the body is read), then the body within its limit (413), then the request
-        itself (400), then a slot (429). Every failure is an OpenAI-shaped JSON error."""
+        itself (400), then a slot (429). Every failure is an OpenAI-shaped JSON error. The completion's id and the
+        logs carry Serve's request id, which Serve returns in `x-request-id` (a client may set it)."""
+        serve_id = _get_serve_request_context().request_id or uuid.uuid4().hex
+        request_id = f"{'chatcmpl' if kind is oa.ChatCompletionRequest else 'cmpl'}-{serve_id}"
+        return await self._answer(request, kind, request_id)
+
+    async def _answer(self, request: Request, kind: type[oa.OpenAIRequest], request_id: str) -> Response:
         try:
             tenant = self.admission.tenant(self.policy, request.headers.get("authorization", ""))
             parsed = oa.parse_request(await self._body(request), kind)
@@ -172,22 +183,23 @@ class Ingress:
         streaming = False
         try:
             decision = await self._decide(parsed, slot.tenant)
-            response = await self._dispatch(parsed, kind, decision, slot)
+            response = await self._dispatch(parsed, kind, decision, slot, request_id)
             streaming = isinstance(response, StreamingResponse)
             return response
         except oa.APIError as err:
             return JSONResponse(err.body, status_code=err.status, headers=err.headers)
         except Exception:  # a server fault still answers in the API's shape; cancellation passes through
-            logger.exception("request failed")
+            logger.exception("request %s failed", request_id)
             err = oa.APIError(500, "the server failed to serve this request; it was logged", "server_error")
             return JSONResponse(err.body, status_code=err.status)
         finally:
             if not streaming:  # a started stream gives the slot back when it ends
                 slot.release()
 
-    async def _dispatch(self, parsed: oa.OpenAIRequest, kind: type[oa.OpenAIRequest], decision: Decision, slot: Slot) -> Response:
+    async def _dispatch(
+        self, parsed: oa.OpenAIRequest, kind: type[oa.OpenAIRequest], decision: Decision, slot: Slot, request_id: str
+    ) -> Response:
         chat = kind is oa.ChatCompletionRequest
-        request_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
         tier_request = TierRequest(
             request_id=request_id,
             thinking_tokens=decision.thinking_tokens,

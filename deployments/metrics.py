@@ -32,6 +32,10 @@ class ServiceMetrics:
             registry=r,
         )
         self.degraded = Counter(f"{PREFIX}degraded_requests", "Requests served degraded, by mode.", ["mode"], registry=r)
+        self.classifier_timeouts = Counter(
+            f"{PREFIX}classifier_timeouts", "Requests routed without a difficulty score: the classifier passed its timeout.",
+            registry=r,
+        )
         self.ttft = Histogram(
             f"{PREFIX}time_to_first_token_seconds", "Time to the first token (thinking or answer).", ["tier"],
             buckets=LATENCY_BUCKETS, registry=r,

@@ -279,10 +279,20 @@ class Thresholds(StrictModel):
 class Classifier(StrictModel):
     """The difficulty classifier: a sentence embedder and a trained head, batched on the CPU."""
 
-    enabled: bool = Field(True, description="Score prompts with the difficulty classifier; otherwise route on the request.")
-    artifact: str = Field("builtin:difficulty-v1", description="Trained head artifact, or 'builtin:<version>'.")
-    max_batch_size: int = Field(16, ge=1, description="Prompts scored together.")
-    batch_wait_timeout_s: float = Field(0.002, ge=0, description="How long a batch waits to fill.")
+    enabled: bool = Field(
+        True, description="Score prompts with the difficulty classifier; otherwise route on the request.",
+        json_schema_extra=DEPLOY_TIME,
+    )
+    artifact: str = Field(
+        "builtin:difficulty-v1", description="Trained head artifact, or 'builtin:<version>'.", json_schema_extra=DEPLOY_TIME
+    )
+    max_batch_size: int = Field(16, ge=1, description="Prompts scored together.", json_schema_extra=DEPLOY_TIME)
+    batch_wait_timeout_s: float = Field(
+        0.002, ge=0, description="How long a batch waits to fill.", json_schema_extra=DEPLOY_TIME
+    )
+    timeout_s: float = Field(
+        1.0, gt=0, description="Longest wait for a prompt's score; past it the request is routed without one."
+    )
 
 
 class Routing(StrictModel):
@@ -291,7 +301,7 @@ class Routing(StrictModel):
     reasoning_tier: str = Field("reasoning", description="Tier that takes prompts that need thinking.")
     chat_tier: str | None = Field("chat", description="Tier that takes prompts that need none; null for a single pool.")
     default_effort: Effort = Field("medium", description="Effort when neither classifier nor request says.")
-    classifier: Classifier = Field(default_factory=Classifier, json_schema_extra=DEPLOY_TIME)
+    classifier: Classifier = Field(default_factory=Classifier)
     thresholds: Thresholds = Field(default_factory=Thresholds)
     priority: dict[DifficultyClass, int] = Field(
         default_factory=lambda: {"easy": 0, "medium": 1, "hard": 2},

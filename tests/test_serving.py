@@ -224,6 +224,48 @@ def test_live_reload_applies_good_edits_and_keeps_serving_through_bad_ones(servi
     eventually("8")
 
 
+def test_a_classifier_past_its_deadline_leaves_the_request_routed_without_a_score(
+    serving_url: str, served_policy_file: Path
+) -> None:
+    import time
+
+    def timeouts() -> float:
+        text = httpx.get(f"{serving_url}/metrics").text
+        return float(next(ln for ln in text.splitlines() if ln.startswith("thinktier_classifier_timeouts_total")).split()[-1])
+
+    original = served_policy_file.read_text()
+    before = timeouts()
+    hasty = original.replace("classifier: {enabled: true}", "classifier: {enabled: true, timeout_s: 0.000001}")
+    served_policy_file.write_text(hasty)
+    try:
+        deadline = time.monotonic() + 15
+        while (response := chat(serving_url, messages=[{"role": "user", "content": "Hey there!"}])).headers.get(
+            "x-thinktier-reason"
+        ) != "default":
+            assert response.status_code == 200, response.text
+            assert time.monotonic() < deadline, "the classifier's timeout never applied"
+            time.sleep(0.5)
+        assert response.status_code == 200 and "x-thinktier-difficulty-score" not in response.headers
+        assert timeouts() > before
+    finally:
+        served_policy_file.write_text(original)
+    deadline = time.monotonic() + 15
+    hello = [{"role": "user", "content": "Hey there!"}]
+    while chat(serving_url, messages=hello).headers.get("x-thinktier-reason") != "classifier":
+        assert time.monotonic() < deadline, "the classifier never came back"
+        time.sleep(0.5)
+
+
+def test_every_response_names_its_request_id_and_a_client_may_set_it(serving_url: str) -> None:
+    served, refused = chat(serving_url, model="tiny-chat"), chat(serving_url, model="no-such-model")
+    ids = served.headers["x-request-id"], refused.headers["x-request-id"]
+    assert served.json()["id"] == f"chatcmpl-{ids[0]}"
+    assert refused.status_code == 404 and ids[1] and ids[0] != ids[1]
+    mine = httpx.post(f"{serving_url}/v1/chat/completions", headers={"x-request-id": "trace-42"}, timeout=120,
+                      json={"model": "tiny-chat", "messages": QUESTION, "max_tokens": 4})
+    assert (mine.headers["x-request-id"], mine.json()["id"]) == ("trace-42", "chatcmpl-trace-42")
+
+
 def test_classifier_decides_tier_and_effort_visible_in_headers(serving_url: str) -> None:
     from deployments.difficulty import DifficultyModel
     from deployments.problems import load_problems
