@@ -40,6 +40,31 @@ def _cause(exc: BaseException) -> BaseException:
     return getattr(exc, "cause", None) or exc
 
 
+async def sse_body(framer: oa.SSEFramer, first: TierChunk, stream: Any, tracker: _Request, slot: Slot) -> AsyncIterator[str]:
+    """The SSE body: one event per (coalesced) chunk of the tier's stream. A failure after the stream started (its 200 is
+    gone) ends it with an OpenAI error event and [DONE], never silently. On any early end (the client went away, an
+    error) the tier's stream is cancelled, which aborts the engine request."""
+    chunk = first
+    async with slot:
+        try:
+            tracker.saw(chunk)
+            yield framer.start() + framer.events(chunk)
+            while chunk.finish_reason is None:
+                chunk = await stream.__anext__()
+                tracker.saw(chunk)
+                yield framer.events(chunk)
+            tracker.finished(chunk)
+            yield oa.SSE_DONE
+        except Exception:  # StopAsyncIteration too: a tier stream that ends without a finish reason
+            tracker.failed()
+            logger.exception("stream %s failed after it started", framer.request_id)
+            yield oa.sse_error("the stream failed after it started; the answer is incomplete", framer.request_id)
+            yield oa.SSE_DONE
+        finally:
+            if chunk.finish_reason is None:
+                stream.cancel()
+
+
 async def _prepend(first: str, rest: AsyncIterator[str]) -> AsyncIterator[str]:
     yield first
     async for item in rest:
@@ -73,6 +98,9 @@ class _Request:
         if whole.first_visible_s is not None:
             self.metrics.ttfvt.labels(tier).observe(waited + whole.first_visible_s)
         self.finished(whole)
+
+    def failed(self) -> None:
+        self.metrics.requests.labels(self.decision.tier, "error").inc()
 
     def finished(self, last: TierChunk) -> None:
         m, tier = self.metrics, self.decision.tier
@@ -241,32 +269,9 @@ class Ingress:
             make = oa.chat_completion if chat else oa.text_completion
             return JSONResponse(make(request_id, model, first), headers=headers)
         framer = oa.SSEFramer(chat, request_id, model, parsed.include_usage)
-        body = self._sse(framer, first, stream, tracker, slot)
+        body = sse_body(framer, first, stream, tracker, slot)
         opening = await body.__anext__()  # started: from here the stream's own `async with slot` gives the slot back
         return StreamingResponse(_prepend(opening, body), media_type="text/event-stream", headers=headers)
-
-    async def _sse(
-        self, framer: oa.SSEFramer, first: TierChunk, stream: Any, tracker: _Request, slot: Slot
-    ) -> AsyncIterator[str]:
-        """The SSE body: one event per (coalesced) chunk of the tier's stream. On any early end (the client went
-        away, an error) the tier's stream is cancelled, which aborts the engine request."""
-        chunk = first
-        async with slot:
-            try:
-                tracker.saw(chunk)
-                yield framer.start() + framer.events(chunk)
-                while chunk.finish_reason is None:
-                    chunk = await stream.__anext__()
-                    tracker.saw(chunk)
-                    yield framer.events(chunk)
-                tracker.finished(chunk)
-                yield oa.SSE_DONE
-            except Exception:
-                self.metrics.requests.labels(tracker.decision.tier, "error").inc()
-                raise
-            finally:
-                if chunk.finish_reason is None:
-                    stream.cancel()
 
     # ---- routes --------------------------------------------------------------------------------------------------
 
