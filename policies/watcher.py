@@ -161,6 +161,7 @@ class PolicyWatcher:
         # (a Serve replica): its owner can report them to whoever serves /metrics.
         self.reloads: dict[Outcome, int] = dict.fromkeys(OUTCOMES, 0)
         self._seen: str | None = None
+        self._pending: str | None = None
         if policy is None:
             text = self.path.read_text()
             policy = parse_policy(text, str(self.path))
@@ -171,18 +172,28 @@ class PolicyWatcher:
         self._stopping = threading.Event()
 
     def poll(self) -> Outcome | None:
-        """Check the file once. Returns the outcome of new content, None when nothing new was seen."""
+        """Check the file once. Returns the outcome of new content, None when nothing new was seen.
+
+        A ConfigMap volume swaps its files atomically (the path is a symlink), so new content there applies at once.
+        A plain file may be caught mid-write, and a truncated policy can still parse (without its `tenants:`, say): its
+        new content applies only once two polls in a row read the same."""
         try:
-            text = self.path.read_text()
-        except OSError as exc:
-            text = f"<unreadable: {exc.strerror}>"
+            text = self.path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) else f"not UTF-8 text ({exc.reason} at byte {exc.start})"
+            text = f"<unreadable: {why}>"
             if self._seen == _digest(text):
                 return None
             self._seen = _digest(text)
-            return self._reject(f"{self.path}: cannot read policy file: {exc.strerror}")
+            return self._reject(f"{self.path}: cannot read policy file: {why}")
         digest = _digest(text)
         if digest == self._seen:
+            self._pending = None
             return None
+        if not self.path.is_symlink() and digest != self._pending:
+            self._pending = digest
+            return None
+        self._pending = None
         self._seen = digest
         try:
             new = parse_policy(text, str(self.path))

@@ -146,6 +146,32 @@ def test_missing_file_is_rejected_and_serving_continues(volume: ConfigMapVolume)
     assert "cannot read policy file" in watcher.last_error and watcher.current is serving
 
 
+def test_a_plain_file_applies_only_once_two_polls_read_the_same(tmp_path: Path) -> None:
+    path = tmp_path / "policy.yaml"
+    tenants = "tenants:\n  acme: {api_key_env: THINKTIER_KEY_ACME}\n"
+    path.write_text(DEFAULT + tenants)
+    recorder = Recorder()
+    watcher = PolicyWatcher(path, recorder)
+    edited = edit(THRESHOLDS, "thresholds: {reasoning: 0.4, medium: 0.6, high: 0.8}") + tenants
+    path.write_text(edited[: edited.index("tenants:")])  # caught mid-write: still a valid policy, without its tenants
+    assert watcher.poll() is None and watcher.current.tenants  # not applied: it may still be growing
+    path.write_text(edited)  # the write completes
+    assert watcher.poll() is None and recorder.calls == []
+    assert watcher.poll() == "applied"
+    [(policy, _)] = recorder.calls
+    assert policy.routing.thresholds.reasoning == 0.4 and list(policy.tenants) == ["acme"]
+
+
+def test_a_file_that_is_not_utf8_is_rejected_and_serving_continues(tmp_path: Path) -> None:
+    path = tmp_path / "policy.yaml"
+    path.write_text(DEFAULT)
+    watcher = PolicyWatcher(path, Recorder())
+    serving = watcher.current
+    path.write_bytes(DEFAULT.encode() + b"# \xff\xfe\n")
+    assert watcher.poll() == "rejected"
+    assert "not UTF-8 text" in watcher.last_error and watcher.current is serving
+
+
 def test_failing_on_change_keeps_the_old_policy(volume: ConfigMapVolume) -> None:
     def refuse(policy: Policy, change: PolicyChange) -> None:
         raise RuntimeError("router busy")
