@@ -171,6 +171,17 @@ def test_production_renders_every_optional_object(render: Render) -> None:
     assert head["containers"][0]["envFrom"] == [{"secretRef": {"name": "thinktier-api-keys"}}]
 
 
+def test_the_default_install_keeps_ray_inside_the_release(render: Render) -> None:
+    policy = _one(render(*DEFAULT), "NetworkPolicy")
+    rules = policy["spec"]["ingress"]
+    release_only = [r for r in rules if "ports" not in r]  # every port: only the release's own Ray pods
+    assert len(release_only) == 1 and list(release_only[0]["from"][0]) == ["podSelector"]
+    dashboard = next(r for r in rules if {"port": 8265, "protocol": "TCP"} in r.get("ports", []))
+    assert dashboard["from"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kuberay-system"}}}]
+    open_ports = {p["port"] for r in rules if "from" not in r for p in r["ports"]}
+    assert 8265 not in open_ports and 52365 not in open_ports  # the Serve and metrics ports may be open; Ray's are not
+
+
 def test_helm_v4_sdk_renders_the_same_objects(render: Render) -> None:
     with helm_python.Chart.load(CHART) as chart:
         manifests = chart.render(values=_values(*PRODUCTION), name="thinktier", namespace="llm")
