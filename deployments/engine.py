@@ -233,7 +233,10 @@ class TierEngine:
     ) -> AsyncIterator[TierChunk]:
         """One engine request, until it ends or the answer budget is spent."""
         params = self._sampling_params(request, limits)
-        stream = self.engine.generate({"prompt_token_ids": prompt_ids}, params, request_id, priority=request.priority)
+        prompt: dict[str, Any] = {"prompt_token_ids": prompt_ids}
+        if request.cache_salt is not None:
+            prompt["cache_salt"] = request.cache_salt
+        stream = self.engine.generate(prompt, params, request_id, priority=request.priority)
         ended = False
         try:
             async for output in stream:

@@ -241,6 +241,7 @@ class Ingress:
             top_p=parsed.top_p,
             seed=parsed.seed,
             stop=parsed.stop_list,
+            cache_salt=f"tenant:{slot.tenant}",
         )
         tracker = _Request(self.metrics, decision)
         tier = self.tiers[decision.tier]

@@ -34,6 +34,9 @@ class TierRequest:
     top_p: float = 1.0
     seed: int | None = None
     stop: tuple[str, ...] = ()
+    cache_salt: str | None = None
+    """Prefix-cache namespace: the engine reuses cached prompt blocks only between requests with the same salt (the
+    ingress gives each tenant its own, so one tenant cannot learn from cache hits what another sent)."""
 
 
 @dataclass

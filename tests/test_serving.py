@@ -290,6 +290,44 @@ def test_classifier_decides_tier_and_effort_visible_in_headers(serving_url: str)
     assert all(int(d["x-thinktier-priority"]) > int(greeting.headers["x-thinktier-priority"]) for d in harder)
 
 
+def test_tenants_share_no_prefix_cache_hits_while_one_tenant_does(serving_url: str, served_policy_file: Path) -> None:
+    import time
+
+    long_prompt = "Summarise the history of the lighthouse keepers of the northern coast, one decade at a time. " * 5
+
+    def hits() -> float:
+        time.sleep(3)  # replicas report their engine counters every second; the ingress reads them per scrape
+        lines = httpx.get(f"{serving_url}/metrics").text.splitlines()
+        chat = [ln for ln in lines if ln.startswith("thinktier_prefix_cache_hits_total{") and 'tier="chat"' in ln]
+        return sum(float(ln.split()[-1]) for ln in chat)
+
+    def ask(key: str | None) -> None:
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        body = {"model": "tiny-chat", "messages": [{"role": "user", "content": long_prompt}], "max_tokens": 1}
+        response = httpx.post(f"{serving_url}/v1/chat/completions", json=body, headers=headers, timeout=120)
+        assert response.status_code == 200, response.text
+
+    original = served_policy_file.read_text()
+    served_policy_file.write_text(original + f"tenants:\n  acme: {{api_key_env: {TENANT_KEY_ENV}}}\n")
+    try:
+        deadline = time.monotonic() + 15
+        while httpx.post(f"{serving_url}/v1/chat/completions", headers={"Authorization": "Bearer sk-nobody"},
+                         json={"model": "tiny-chat", "messages": QUESTION}, timeout=60).status_code != 401:
+            assert time.monotonic() < deadline, "the tenant never applied"
+            time.sleep(0.5)
+        ask(None)  # anonymous, first time: fills the cache
+        start = hits()
+        ask(None)
+        again = hits()
+        assert again > start  # the same tenant hits its own cached prompt
+        ask(TENANT_KEY)  # acme sends the very same prompt
+        assert hits() == again  # ... and finds nothing of anonymous's in the cache
+        ask(TENANT_KEY)
+        assert hits() > again  # but does hit its own
+    finally:
+        served_policy_file.write_text(original)
+
+
 def test_tenants_are_known_by_api_key_and_held_to_their_effort(serving_url: str, served_policy_file: Path) -> None:
     import time
 
