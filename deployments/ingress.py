@@ -229,7 +229,8 @@ class Ingress:
     ) -> Response:
         chat = kind is oa.ChatCompletionRequest
         tier_request = TierRequest(
-            request_id=request_id,
+            # unique even when clients reuse an x-request-id: the engine keys its requests (and aborts) by this
+            request_id=f"{request_id}.{uuid.uuid4().hex[:12]}",
             thinking_tokens=decision.thinking_tokens,
             answer_tokens=decision.answer_tokens,
             priority=decision.priority,
