@@ -86,10 +86,10 @@ def _plan(args: argparse.Namespace) -> int:
     if args.calibrate is not None:
         from loadtest.report import Report
 
-        overhead, result = plan.calibrate_overhead(inputs, Report.model_validate_json(args.calibrate.read_text()))
+        real = Report.model_validate_json(args.calibrate.read_text())
+        overhead, result = plan.calibrate_overhead(inputs, real)
         print(f"serving overhead {overhead * 1e6:.1f} us per sequence and step: simulated {result.run.tps:.0f} output tok/s "
-              f"against the run's {Report.model_validate_json(args.calibrate.read_text()).runs[0].tps:.0f}; put it in the "
-              "profile's serving.overhead_s_per_seq")
+              f"against the run's {real.runs[0].tps:.0f}; put it in the profile's serving.overhead_s_per_seq")
         return 0
     if args.sweep is not None:
         knob, values = args.sweep

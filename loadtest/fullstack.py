@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import shutil
 import signal
@@ -33,6 +32,7 @@ from loadtest.fullstack_record import (
     IdleProbe,
     ProbeReply,
     Sample,
+    read_jsonl,
 )
 from loadtest.fullstack_report import fmt, saved_report, summary_line, summary_row, write_summary
 from loadtest.fullstack_targets import AUTO_MODEL, Config, Series
@@ -411,10 +411,6 @@ def failures(rows: Sequence[dict]) -> Failures:
         no_response=sum(r.status is None for r in results),
         timeouts=sum("--request-timeout" in (r.error or "") for r in results),
     )
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def run_load(record: ConfigRun, config: Config, policy: Policy, settings: Settings, clock: Clock) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from loadtest.client import RequestResult
 from loadtest.compare import markdown, side_by_side
-from loadtest.fullstack_record import ConfigRun
+from loadtest.fullstack_record import read_jsonl, saved_runs
 from loadtest.fullstack_report import saved_report
 from loadtest.metrics_scraper import MetricsTimeline
 from loadtest.report import Report, build_report
@@ -28,7 +28,7 @@ def rebuilt(out_dir: Path, name: str) -> tuple[Report, list[RunRecord]] | None:
     saved, requests = saved_report(out_dir, name), out_dir / f"{name}-requests.jsonl"
     if saved is None or not requests.exists():
         return None
-    rows = [json.loads(line) for line in requests.read_text().splitlines() if line.strip()]
+    rows = read_jsonl(requests)
     records = [
         RunRecord(
             run.label, run.mode, run.offered_rate_rps, run.shape, run.duration_s,
@@ -45,11 +45,8 @@ def write_comparison(out_dir: Path, baseline: str) -> str:
     returns compare.md's text."""
     from loadtest import plots  # lazily: matplotlib is slow to import
 
-    runs = sorted(
-        (ConfigRun.model_validate_json(p.read_text()) for p in out_dir.glob("*-fullstack.json")), key=lambda r: r.started_unix
-    )
     reports: dict[str, Report] = {}
-    for run in runs:
+    for run in saved_runs(out_dir):
         if (found := rebuilt(out_dir, run.name)) is None:
             continue
         report, records = found

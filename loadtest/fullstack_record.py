@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from pydantic import BaseModel
 
 from loadtest.process_cpu import ClassCPU, TopProcess
@@ -99,3 +102,13 @@ class ConfigRun(BaseModel):
     final_metrics: dict[str, dict[str, float]] = {}
     stop_s: float | None = None
     timeline: list[Sample] = []
+
+
+def saved_runs(out_dir: Path) -> list[ConfigRun]:
+    """Every NAME-fullstack.json in `out_dir`, in the order the configs started."""
+    runs = (ConfigRun.model_validate_json(p.read_text()) for p in out_dir.glob("*-fullstack.json"))
+    return sorted(runs, key=lambda r: r.started_unix)
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from loadtest.fullstack_record import IDLE_ANSWER_TOKENS, ConfigRun, CpuStat
+from loadtest.fullstack_record import IDLE_ANSWER_TOKENS, ConfigRun, CpuStat, saved_runs
 from loadtest.report import Percentiles, Report
 from loadtest.workload import REQUEST_CLASSES
 
@@ -116,10 +116,7 @@ def saved_report(out_dir: Path, name: str) -> Report | None:
 
 def load_rows(out_dir: Path) -> list[SummaryRow]:
     """The summary rows of every NAME-fullstack.json in `out_dir`, in the order the policies started."""
-    runs = sorted(
-        (ConfigRun.model_validate_json(p.read_text()) for p in out_dir.glob("*-fullstack.json")), key=lambda r: r.started_unix
-    )
-    return [summary_row(r, saved_report(out_dir, r.name)) for r in runs]
+    return [summary_row(r, saved_report(out_dir, r.name)) for r in saved_runs(out_dir)]
 
 
 def write_summary(out_dir: Path) -> str:

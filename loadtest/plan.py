@@ -61,6 +61,8 @@ class TierUse:
 @dataclass(frozen=True)
 class PlanResult:
     report: Report
+    record: RunRecord
+    """The simulated requests as the load test records real ones (what the report and its plots are built from)."""
     tiers: list[TierUse]
     answers: int
     wall_s: float
@@ -91,10 +93,10 @@ def simulate(inputs: PlanInputs, pool: PromptPool | None = None, **hooks: Any) -
         profiles = {name: replace(p, overhead_s_per_seq=inputs.overhead_s_per_seq) for name, p in profiles.items()}
     simulation = Simulation(policy, profiles, inputs.settings, seed=inputs.workload.seed, **hooks)
     sim = simulation.run(work, scores, Lengths.parse(inputs.lengths, inputs.workload.seed))
-    report = sim_report(sim, policy, inputs.workload)
+    report, record = sim_report(sim, policy, inputs.workload)
     tiers = [tier_use(name, sim, policy, profiles[name]) for name in policy.tiers]
     answers = sum(r.end_s is not None and r.answer_tokens > 0 for r in sim.requests)
-    return PlanResult(report, tiers, answers, time.monotonic() - started, sim)
+    return PlanResult(report, record, tiers, answers, time.monotonic() - started, sim)
 
 
 def result_of(request: SimRequest) -> RequestResult:
@@ -117,7 +119,7 @@ def result_of(request: SimRequest) -> RequestResult:
     return result
 
 
-def sim_report(sim: SimResult, policy: Policy, workload: WorkloadSpec) -> Report:
+def sim_report(sim: SimResult, policy: Policy, workload: WorkloadSpec) -> tuple[Report, RunRecord]:
     finished = [r.end_s for r in sim.requests if r.end_s is not None]
     duration = max([workload.duration_s, *finished])
     samples = [TierSample(p.t_s, p.tier, p.kv_mean, p.kv_max, p.replicas, float(p.stragglers)) for p in sim.timeline]
@@ -127,7 +129,7 @@ def sim_report(sim: SimResult, policy: Policy, workload: WorkloadSpec) -> Report
     )
     settings = {"mix": str(workload.mix), "seed": workload.seed, "mode": "open", "rates": [workload.rate],
                 "shape": workload.shape, "duration_s": workload.duration_s, "model": "simulated"}
-    return build_report("simulation", settings, policy.slos, [record])
+    return build_report("simulation", settings, policy.slos, [record]), record
 
 
 def tier_use(name: str, sim: SimResult, policy: Policy, profile: HardwareProfile) -> TierUse:
@@ -253,9 +255,7 @@ def write(result: PlanResult, out: Path, title: str, device_hour_usd: float) -> 
     paths[0].write_text(json.dumps(as_json(result, device_hour_usd), indent=1) + "\n")
     paths[1].write_text(markdown(result, title, device_hour_usd))
     plots.plan_timeline(result.sim.timeline, paths[2])
-    record = RunRecord(result.run.label, "open", result.run.offered_rate_rps, result.run.shape, result.run.duration_s,
-                       [result_of(r) for r in result.sim.requests], MetricsTimeline())
-    plots.latency_cdfs(record, paths[3])
+    plots.latency_cdfs(result.record, paths[3])
     return paths
 
 
@@ -264,15 +264,14 @@ def calibrate_overhead(inputs: PlanInputs, real: Report, iterations: int = 12) -
     recorded full-stack run's (bisection; use a run whose engines were saturated, or throughput says nothing)."""
     target = real.runs[0].tps
     low, high = 0.0, 1e-3
-    result = simulate(replace(inputs, overhead_s_per_seq=low))
     for _ in range(iterations):
         middle = (low + high) / 2
-        result = simulate(replace(inputs, overhead_s_per_seq=middle))
-        if result.run.tps > target:
+        if simulate(replace(inputs, overhead_s_per_seq=middle)).run.tps > target:
             low = middle
         else:
             high = middle
-    return (low + high) / 2, result
+    overhead = (low + high) / 2
+    return overhead, simulate(replace(inputs, overhead_s_per_seq=overhead))
 
 
 def sweep_markdown(knob: str, rows: Sequence[tuple[str, PlanResult]], device_hour_usd: float) -> str:

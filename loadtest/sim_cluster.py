@@ -66,8 +66,8 @@ class SimTier:
     reports: dict[str, ReplicaStats] = field(default_factory=dict)
     routed_since_report: dict[str, int] = field(default_factory=dict)
     ranking: dict[bool, list[tuple[float, float, int, SimReplica]]] = field(default_factory=dict)
-    """Per hardness, a heap of (score, tie-break, version, replica): the router's ranking, kept current cheaply."""
-    versions: dict[str, int] = field(default_factory=dict)
+    """Per hardness, a heap of (score, tie-break, requests routed to the replica since the report when scored,
+    replica): the router's ranking, kept current cheaply."""
     serial: int = 0
     replica_seconds: float = 0.0
 
@@ -189,7 +189,6 @@ class Simulation:
 
     def rank(self, tier: SimTier) -> None:
         """Score every replica afresh (after a report). Ties are broken at random, as the router's shuffle does."""
-        tier.versions = {r.name: 0 for r in tier.replicas}
         for hard in (False, True):
             heap = [(self.replica_score(tier, r, hard), self.rng.random(), 0, r) for r in tier.replicas]
             heapq.heapify(heap)
@@ -201,13 +200,13 @@ class Simulation:
         heap = tier.ranking.get(hard)
         if not heap:
             return None
-        while heap[0][2] != tier.versions[heap[0][3].name]:
+        routed = tier.routed_since_report
+        while heap[0][2] != routed.get(heap[0][3].name, 0):
             _, tie, _, replica = heap[0]
-            heapq.heapreplace(heap, (self.replica_score(tier, replica, hard), tie, tier.versions[replica.name], replica))
+            heapq.heapreplace(heap, (self.replica_score(tier, replica, hard), tie, routed.get(replica.name, 0), replica))
         replica = heap[0][3]
-        tier.routed_since_report[replica.name] = tier.routed_since_report.get(replica.name, 0) + 1
-        tier.versions[replica.name] += 1
-        heapq.heapreplace(heap, (self.replica_score(tier, replica, hard), heap[0][1], tier.versions[replica.name], replica))
+        routed[replica.name] = routed.get(replica.name, 0) + 1
+        heapq.heapreplace(heap, (self.replica_score(tier, replica, hard), heap[0][1], routed[replica.name], replica))
         return replica
 
     # ---- every tick ------------------------------------------------------------------------------------------
