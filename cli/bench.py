@@ -7,11 +7,12 @@ import json
 import sys
 from pathlib import Path
 
+from cli.args import policy_setting
 from cli.bench_frontdoor import add_frontdoor
 from cli.bench_fullstack import add_fullstack
 from loadtest import gpu_bench
 from loadtest.workload import Mix
-from policies.loader import DEFAULT_POLICY
+from policies.loader import DEFAULT_POLICY, PolicyError, load_policy, with_setting
 
 TINY_POLICY = DEFAULT_POLICY.parent / "examples" / "tiny.yaml"
 
@@ -54,8 +55,15 @@ def _autoscaling(args: argparse.Namespace) -> int:
 
 def _gpu_workload(args: argparse.Namespace) -> int:
     languages = args.languages.split(",") if args.languages else None
+    try:
+        policy = load_policy(args.policy)
+        for knob, value in args.set:
+            policy = with_setting(policy, knob, value)
+    except (PolicyError, ValueError) as exc:
+        print(exc, file=sys.stderr)
+        return 2
     workload = gpu_bench.write_workload(
-        args.policy, args.name, Mix.parse(args.mix), args.rate, args.shape, args.duration, args.seed, languages, Path(args.out)
+        policy, args.name, Mix.parse(args.mix), args.rate, args.shape, args.duration, args.seed, languages, Path(args.out)
     )
     counts = {k: sum(r.difficulty == k for r in workload.requests) for k in gpu_bench.CLASSES}
     print(f"{len(workload.requests)} requests over {args.duration} s {counts} -> {args.out}")
@@ -110,6 +118,9 @@ def _register_gpu(commands: argparse._SubParsersAction) -> None:
     sub = gpu.add_subparsers(title="steps", metavar="STEP", required=True)
     w = sub.add_parser("workload", help="Write an open-loop workload (JSON) from the problem sets and the policy's budgets.")
     w.add_argument("--policy", required=True, help="Policy file; budgets and priorities of its reasoning tier are used.")
+    w.add_argument("--set", type=policy_setting, action="append", default=[], metavar="KNOB=VALUE",
+                   help="change one policy field first (repeatable), e.g. "
+                   "'routing.priority={\"easy\":0,\"medium\":1,\"hard\":1}'")
     w.add_argument("--name", required=True, help="Workload name used in results (and request ids).")
     w.add_argument("--rate", type=float, required=True, help="Mean arrival rate, requests/s.")
     w.add_argument("--shape", type=float, default=0.5, help="Gamma shape of inter-arrival times (1 = Poisson, <1 burstier).")

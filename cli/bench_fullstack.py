@@ -11,7 +11,7 @@ from loadtest import fullstack
 from loadtest.fullstack_report import write_summary
 from loadtest.fullstack_targets import Config, Kind
 from loadtest.workload import Mix
-from policies.loader import PolicyError, load_policy
+from policies.loader import PolicyError, dump_policy, load_policy, with_setting
 
 DEFAULT_MIX = "easy=0.5,medium=0.3,hard=0.1,chat=0.1"
 
@@ -29,6 +29,37 @@ def _config(text: str) -> Config:
 
 def _peer(text: str) -> Config:
     return _parse(text, "ray-serve-llm", "--peer")
+
+
+def _setting(text: str) -> tuple[str, str, str]:
+    name, sep, rest = text.partition(":")
+    knob, eq, value = rest.partition("=")
+    if not sep or not eq or not name or not knob or not value:
+        raise argparse.ArgumentTypeError(
+            f"--set {text!r}: expected NAME:KNOB=VALUE, e.g. ongoing:tiers.reasoning.autoscaling.signal=ongoing_requests"
+        )
+    return name, knob, value
+
+
+def _with_settings(configs: list[Config], settings: list[tuple[str, str, str]], out: Path) -> list[Config]:
+    """Configs whose policy --set changes, each served from its changed copy written to OUT/NAME-policy.yaml."""
+    unknown = sorted({name for name, _, _ in settings} - {c.name for c in configs})
+    if unknown:
+        raise ValueError(f"--set names no config {unknown}; configs are {[c.name for c in configs]}")
+    changed = []
+    for config in configs:
+        mine = [(knob, value) for name, knob, value in settings if name == config.name]
+        if not mine:
+            changed.append(config)
+            continue
+        policy = load_policy(config.policy)
+        for knob, value in mine:
+            policy = with_setting(policy, knob, value)
+        out.mkdir(parents=True, exist_ok=True)
+        path = out / f"{config.name}-policy.yaml"
+        path.write_text(dump_policy(policy))
+        changed.append(Config(config.name, path.resolve(), config.kind))
+    return changed
 
 
 def _mix(text: str) -> str:
@@ -60,6 +91,10 @@ def _fullstack(args: argparse.Namespace) -> int:
 
             try:
                 print(write_comparison(args.summarize, args.baseline), end="")
+                if args.scaling is not None:
+                    from loadtest.scaling_compare import write as write_scaling
+
+                    print(write_scaling(args.summarize, args.scaling, args.baseline), end="")
             except ValueError as exc:
                 print(f"bench fullstack: {exc}", file=sys.stderr)
                 return 2
@@ -67,16 +102,21 @@ def _fullstack(args: argparse.Namespace) -> int:
     if not args.config or args.out is None:
         print("bench fullstack: --config or --peer, and --out, are needed (or --summarize DIR)", file=sys.stderr)
         return 2
-    slo_policy = (args.slo_policy or args.config[0].policy).resolve()
-    problem = _check_policies(args.config, slo_policy)
+    try:
+        configs = _with_settings(args.config, args.set, args.out)
+    except (PolicyError, ValueError) as exc:
+        print(f"bench fullstack: {exc}", file=sys.stderr)
+        return 2
+    slo_policy = (args.slo_policy or configs[0].policy).resolve()
+    problem = _check_policies(configs, slo_policy)
     if problem is not None:
         print(f"bench fullstack: {problem}", file=sys.stderr)
         return 2
     load = fullstack.LoadArgs(slo_policy, args.rate, args.shape, args.duration, args.seed, args.mix, args.request_timeout)
     settings = fullstack.Settings(args.out, load, args.port, args.ready_timeout, args.sample_every, args.deadline)
-    runs = fullstack.run(args.config, settings)
+    runs = fullstack.run(configs, settings)
     print((args.out / "fullstack.md").read_text() if runs else "no policy was run", flush=True)
-    return 0 if len(runs) == len(args.config) and not any(r.error for r in runs) else 1
+    return 0 if len(runs) == len(configs) and not any(r.error for r in runs) else 1
 
 
 def add_fullstack(commands: argparse._SubParsersAction) -> None:
@@ -95,6 +135,9 @@ def add_fullstack(commands: argparse._SubParsersAction) -> None:
                    help="Ray Serve LLM (`thinktier loadtest peer`) on the policy's reasoning tier: its engine settings, "
                    "replicas and prefix-aware routing, every request with the budget of the policy's default effort "
                    "(vLLM's thinking_token_budget and max_tokens); runs in order with the --config entries")
+    p.add_argument("--set", type=_setting, action="append", default=[], metavar="NAME:KNOB=VALUE",
+                   help="change one field of config NAME's policy (repeatable; it is served from OUT/NAME-policy.yaml), "
+                   "e.g. ongoing:tiers.reasoning.autoscaling.signal=ongoing_requests")
     p.add_argument("--slo-policy", type=Path, default=None,
                    help="policy whose slos judge every config (default: the first config's policy)")
     p.add_argument("--rate", type=float, default=4.0, help="mean arrival rate, requests/s (default 4)")
@@ -118,4 +161,8 @@ def add_fullstack(commands: argparse._SubParsersAction) -> None:
                    help="with --summarize: also write DIR/compare.{md,json} (every metric of `thinktier loadtest compare` "
                    "as a ratio to config NAME) and PNG plots (TTFVT p99 per class, and per config latency CDFs and KV "
                    "occupancy)")
+    p.add_argument("--scaling", default=None, metavar="TIER",
+                   help="with --summarize and --baseline: also compare the configs' autoscaling of TIER (SLO misses, "
+                   "replica-seconds routable and held, time from KV pressure to a new routable replica, traces) in "
+                   "DIR/autoscaling.{md,json,png}")
     p.set_defaults(func=_fullstack)

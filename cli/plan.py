@@ -7,9 +7,10 @@ import argparse
 import sys
 from pathlib import Path
 
+from cli.args import policy_setting
 from cli.loadtest import DEFAULT_MIX, _mix, _positive
 from loadtest.workload import Mix
-from policies.loader import PolicyError, load_policy
+from policies.loader import PolicyError, load_policy, with_setting
 
 
 def _pairs(text: str, flag: str) -> dict[str, str]:
@@ -27,13 +28,6 @@ def _replicas(text: str) -> dict[str, int]:
         return {k: int(v) for k, v in _pairs(text, "--replicas").items()}
     except ValueError:
         raise argparse.ArgumentTypeError(f"--replicas {text!r}: counts must be whole numbers, e.g. reasoning=100") from None
-
-
-def _setting(text: str) -> tuple[str, str]:
-    knob, sep, value = text.partition("=")
-    if not sep or not knob or not value:
-        raise argparse.ArgumentTypeError(f"--set {text!r}: expected KNOB=VALUE, e.g. tiers.reasoning.replicas.max=1000")
-    return knob, value
 
 
 def _sweep(text: str) -> tuple[str, list[str]]:
@@ -65,7 +59,7 @@ def _plan(args: argparse.Namespace) -> int:
     try:
         policy = load_policy(args.policy)
         for knob, value in args.set:
-            policy = plan.with_knob(policy, knob, value)
+            policy = with_setting(policy, knob, value)
     except (PolicyError, ValueError) as exc:
         print(exc, file=sys.stderr)
         return 1
@@ -127,7 +121,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "and stragglers per tier over time, per-class TTFVT and E2E, goodput, device-hours and cost per 1,000 answers.",
     )
     p.add_argument("--policy", required=True, type=Path, help="policy file to simulate")
-    p.add_argument("--set", type=_setting, action="append", default=[], metavar="KNOB=VALUE",
+    p.add_argument("--set", type=policy_setting, action="append", default=[], metavar="KNOB=VALUE",
                    help="change one policy field before simulating (repeatable), e.g. tiers.reasoning.replicas.max=1000")
     w = p.add_argument_group("workload (the load test's definitions: the same seed gives the same prompts at the same times)")
     w.add_argument("--workload", type=Path, default=None, metavar="REPORT.json",

@@ -463,7 +463,10 @@ def run_load(record: ConfigRun, config: Config, policy: Policy, settings: Settin
 def run_config(config: Config, settings: Settings, clock: Clock) -> ConfigRun:
     """Start, measure and stop one config. Never raises for the stack's trouble: that is recorded in `error`."""
     out, name = settings.out, config.name
-    record = ConfigRun(name=name, kind=config.kind, policy=str(config.policy), started_unix=time.time())
+    record = ConfigRun(
+        name=name, kind=config.kind, policy=str(config.policy), policy_yaml=config.policy.read_text(),
+        started_unix=time.time(),
+    )
     clock.log(f"===== {name}: {config.kind} on {config.policy}")
     policy = load_policy(config.policy)
     started = time.monotonic()

@@ -81,6 +81,8 @@ class ConfigRun(BaseModel):
     kind: str = "thinktier"
     """What served it: 'thinktier', or 'ray-serve-llm' (the peer on the policy's reasoning tier)."""
     policy: str
+    policy_yaml: str | None = None
+    """The policy file's text as served (runs saved before it was recorded have none)."""
     started_unix: float
     up_s: float | None = None
     error: str | None = None

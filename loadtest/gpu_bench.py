@@ -211,6 +211,7 @@ def class_summary(records: Sequence[RequestRecord], slo: SLO) -> dict[str, Any]:
         "ttft_s": Percentiles.of([r.ttft_s for r in records if r.ttft_s is not None]).model_dump(),
         "ttfvt_s": Percentiles.of([r.ttfvt_s for r in done if r.ttfvt_s is not None]).model_dump(),
         "e2e_s": Percentiles.of([r.e2e_s for r in done]).model_dump(),
+        "e2e_mean_s": float(np.mean([r.e2e_s for r in done])) if done else None,
         "mean_reasoning_tokens": float(np.mean([r.reasoning_tokens for r in done])) if done else None,
         "mean_answer_tokens": float(np.mean([r.answer_tokens for r in done])) if done else None,
     }
@@ -247,6 +248,7 @@ def summarize(
         "offload_store_gib": (last.offload_store_bytes_total - first.offload_store_bytes_total) / 2**30,
         "offload_load_gib": (last.offload_load_bytes_total - first.offload_load_bytes_total) / 2**30,
         "timeline": [asdict(s) for s in samples[:: max(1, math.ceil(len(samples) / 120))]],
+        "requests": [asdict(r) for r in records],
     }
 
 
@@ -266,7 +268,8 @@ def markdown_table(reports: Sequence[dict[str, Any]]) -> str:
     head = (
         "| config | workload | KV capacity (tokens) | output tok/s | goodput (req/s) | met SLO | "
         "easy TTFVT p50 / p99 (s) | easy E2E p50 / p99 (s) | medium E2E p50 / p99 (s) | "
-        "hard TTFVT p50 / p99 (s) | hard E2E p50 / p99 (s) | hard finished | KV mean / peak | preemptions | "
+        "hard TTFVT p50 / p99 (s) | hard E2E p50 / p99 (s) | hard E2E mean (s) | hard finished | KV mean / peak | "
+        "preemptions | "
         "offload out / in (GiB) |"
     )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
@@ -283,6 +286,7 @@ def markdown_table(reports: Sequence[dict[str, Any]]) -> str:
                     f"| {result['config']} | {name} | {result['kv_capacity_tokens']:,} | {w['output_tokens_per_s']:,.0f} | "
                     f"{w['goodput_rps']:.2f} | {w['met_slo']}/{w['sent']} | {pp('easy', 'ttfvt_s')} | {pp('easy', 'e2e_s')} | "
                     f"{pp('medium', 'e2e_s')} | {pp('hard', 'ttfvt_s')} | {pp('hard', 'e2e_s')} | "
+                    f"{_fmt(c['hard'].get('e2e_mean_s'))} | "
                     f"{c['hard']['finished']}/{c['hard']['sent']} | "
                     f"{w['kv_occupancy_mean']:.0%} / {w['kv_occupancy_peak']:.0%} | "
                     f"{w['preemptions']} | {w['offload_store_gib']:.1f} / {w['offload_load_gib']:.1f} |"
@@ -582,7 +586,7 @@ def run(
 
 
 def write_workload(
-    policy_path: str,
+    policy: Policy,
     name: str,
     mix: Mix,
     rate: float,
@@ -594,7 +598,7 @@ def write_workload(
 ) -> Workload:
     """Build a workload from the builtin problem sets (in `languages`; all when None) and write it to `out` as JSON."""
     pool = PromptPool.builtin(languages)
-    workload = build_workload(load_policy(Path(policy_path)), pool, name, mix, rate, shape, duration_s, seed)
+    workload = build_workload(policy, pool, name, mix, rate, shape, duration_s, seed)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(workload.to_json(), indent=1))
     return workload

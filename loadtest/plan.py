@@ -8,7 +8,6 @@ recorded run (the validation of the simulator against real ones).
 
 from __future__ import annotations
 
-import copy
 import json
 import time
 from collections.abc import Sequence
@@ -25,7 +24,7 @@ from loadtest.sim_profile import HardwareProfile, profile_for
 from loadtest.sim_replica import SimRequest
 from loadtest.sim_workload import Lengths, WorkloadSpec, arrivals, classifier_scores
 from loadtest.workload import PromptPool
-from policies.loader import parse_policy
+from policies.loader import with_setting
 from policies.schema import Policy
 
 UNFINISHED = "not finished within the simulated drain"
@@ -155,25 +154,8 @@ def tier_use(name: str, sim: SimResult, policy: Policy, profile: HardwareProfile
 # ---- policy edits: sweeps and replica counts ---------------------------------------------------------------------
 
 
-def with_knob(policy: Policy, knob: str, value: str) -> Policy:
-    """The policy with one dotted field set (e.g. tiers.reasoning.engine.scheduling_policy=fcfs), validated again."""
-    data = copy.deepcopy(policy.model_dump(mode="json"))
-    node: Any = data
-    *path, last = knob.split(".")
-    for key in path:
-        if not isinstance(node, dict) or key not in node:
-            have = sorted(node) if isinstance(node, dict) else node
-            raise ValueError(f"--sweep {knob}: {key!r} is not a field here; found {have}")
-        node = node[key]
-    try:
-        node[last] = json.loads(value)  # numbers, true/false/null, lists and objects
-    except json.JSONDecodeError:
-        node[last] = value  # a bare word such as fcfs
-    return parse_policy(json.dumps(data), f"{knob}={value}")
-
-
 def sweep(inputs: PlanInputs, knob: str, values: Sequence[str]) -> list[tuple[str, PlanResult]]:
-    return [(value, simulate(replace(inputs, policy=with_knob(inputs.policy, knob, value)))) for value in values]
+    return [(value, simulate(replace(inputs, policy=with_setting(inputs.policy, knob, value)))) for value in values]
 
 
 def slo_attainment(result: PlanResult) -> float:
@@ -278,17 +260,18 @@ def sweep_markdown(knob: str, rows: Sequence[tuple[str, PlanResult]], device_hou
     lines = [
         f"# thinktier plan: sweep of {knob}",
         "",
-        "| value | goodput req/s | SLO attainment | easy TTFVT p99 s | hard E2E p50 s | hard E2E p99 s | device-hours | "
-        "cost per 1,000 answers | preemptions | shed |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| value | goodput req/s | SLO attainment | easy TTFVT p99 s | medium TTFVT p99 s | hard E2E mean s | "
+        "hard E2E p50 s | hard E2E p99 s | device-hours | cost per 1,000 answers | preemptions | shed |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for value, result in rows:
         run = result.run
-        easy, hard = run.classes.get("easy"), run.classes.get("hard")
+        easy, medium, hard = (run.classes.get(c) for c in ("easy", "medium", "hard"))
         cost = result.cost_per_1000_answers(device_hour_usd)
         cells = [
             value, f"{run.goodput_rps:.2f}", f"{slo_attainment(result):.3f}",
-            _num(easy.ttfvt_s.p99 if easy else None), _num(hard.e2e_s.p50 if hard else None),
+            _num(easy.ttfvt_s.p99 if easy else None), _num(medium.ttfvt_s.p99 if medium else None),
+            _num(hard.e2e_s.mean if hard else None), _num(hard.e2e_s.p50 if hard else None),
             _num(hard.e2e_s.p99 if hard else None), f"{sum(t.device_hours for t in result.tiers):.2f}",
             "-" if cost is None else f"${cost:.3f}", str(sum(t.preemptions for t in result.tiers)), str(run.overall.shed),
         ]

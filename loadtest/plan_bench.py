@@ -8,18 +8,19 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from loadtest.plan import PlanInputs, simulate, with_knob
+from loadtest.plan import PlanInputs, simulate
 from loadtest.sim_cluster import SimSettings
 from loadtest.sim_profile import DEFAULT_PROFILES
 from loadtest.sim_validate import Case, engine_case, fullstack_case, markdown
 from loadtest.sim_workload import WorkloadSpec
 from loadtest.workload import Mix
-from policies.loader import load_policy
+from policies.loader import load_policy, with_setting
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS, EXAMPLES = ROOT / "loadtest" / "results", ROOT / "policies" / "examples"
 FULLSTACK = RESULTS / "gpu-fullstack"
 GPU = RESULTS / "gpu"
+GPU_SCALING = RESULTS / "gpu-scaling"
 COMPARE = RESULTS / "compare-after-layout"
 
 FULLSTACK_CASES = (
@@ -28,10 +29,22 @@ FULLSTACK_CASES = (
     ("H200 x2 full stack, tiered on shared GPUs", "tiered-shared", "gpu-fullstack-tiered.yaml"),
 )
 ENGINE_CASES = (
-    ("H200 engine, workload A, FCFS", "run-kv.json", "fp8", "workload-A.json"),
-    ("H200 engine, workload B, FCFS", "run-kv.json", "fp8", "workload-B.json"),
-    ("H200 engine, workload B, priority", "run-sched.json", "fp8-prio", "workload-B.json"),
+    ("H200 engine, workload A, FCFS", GPU / "run-kv.json", "fp8", GPU / "workload-A.json", None),
+    ("H200 engine, workload B, FCFS", GPU / "run-kv.json", "fp8", GPU / "workload-B.json", None),
+    ("H200 engine, workload B, priority", GPU / "run-sched.json", "fp8-prio", GPU / "workload-B.json", None),
+    ("H200 engine, workload B, FCFS, full drain", GPU_SCALING / "priority" / "run-priority.json", "fp8",
+     GPU / "workload-B.json", "B"),
+    ("H200 engine, workload B, priority, full drain", GPU_SCALING / "priority" / "run-priority-plain.json", "fp8-prio",
+     GPU / "workload-B.json", "B"),
+    ("H200 engine, workload B, easy-first priority (0/1/1), full drain", GPU_SCALING / "priority" / "run-priority.json",
+     "fp8-prio", GPU_SCALING / "priority" / "workload-B-easy-first.json", "Bef"),
 )
+AUTOSCALING_CASE = (
+    "H200 x1 full stack, reasoning tier autoscaled 1-3 on KV/stragglers (replicas share the GPU)",
+    GPU_SCALING / "autoscaling" / "kv-report.json", EXAMPLES / "gpu-autoscaling.yaml",
+)
+AUTOSCALING_STARTUP_S = 54.0
+"""Measured there: a new replica's process to it being routable (autoscaling.md)."""
 CPU_CASES = (
     ("2-core CPU full stack, tiered (real model: recorded thinking lengths)", "thinktier-tiered", "compare-tiered.yaml"),
     ("2-core CPU full stack, single pool (real model: recorded thinking lengths)", "thinktier-single-pool",
@@ -43,9 +56,11 @@ def validation_cases() -> list[Case]:
     cases = [
         fullstack_case(title, FULLSTACK / f"{name}-report.json", EXAMPLES / policy) for title, name, policy in FULLSTACK_CASES
     ]
+    title, report, policy = AUTOSCALING_CASE
+    cases.append(fullstack_case(title, report, policy, settings=SimSettings(startup_s=AUTOSCALING_STARTUP_S)))
     cases += [
-        engine_case(title, GPU / run, config, GPU / workload, EXAMPLES / "h200-7b.yaml")
-        for title, run, config, workload in ENGINE_CASES
+        engine_case(title, run, config, workload, EXAMPLES / "h200-7b.yaml", step)
+        for title, run, config, workload, step in ENGINE_CASES
     ]
     if DEFAULT_PROFILES["cpu"].exists():
         cases += [
@@ -60,7 +75,7 @@ def speed(replicas: int = 1000, rate: float = 10_000 / 60, duration_s: float = 3
     """The fleet policy with a fixed reasoning pool of `replicas` (chat: a tenth), under `rate` requests/s."""
     policy = load_policy(EXAMPLES / "fleet-h200.yaml")
     for knob, value in (("tiers.reasoning.replicas.max", replicas), ("tiers.chat.replicas.max", replicas // 10)):
-        policy = with_knob(policy, knob, str(value))
+        policy = with_setting(policy, knob, str(value))
     spec = WorkloadSpec(Mix.parse("easy=0.5,medium=0.3,hard=0.1,chat=0.1"), rate, 0.5, duration_s, 1)
     settings = SimSettings(autoscale=False, replicas={"reasoning": replicas, "chat": replicas // 10}, drain_s=300)
     started = time.monotonic()

@@ -133,3 +133,22 @@ def write_plots(report: Report, records: list[RunRecord], out_dir: Path) -> list
     if any(r.offered_rate_rps is not None for r in report.runs):
         paths.append(goodput_vs_load(report, out_dir / "goodput_vs_load.png"))
     return paths
+
+
+def autoscaling_traces(traces: dict[str, Sequence[Any]], tier: str, path: Path) -> Path:
+    """Per config, the tier's replicas (routable solid, held dashed), mean KV occupancy and stragglers over time.
+    Points carry t_s, routable, held (None when unknown), kv_mean and stragglers."""
+    fig, axes = plt.subplots(3, 1, figsize=(10, 8), sharex=True)
+    for name, points in traces.items():
+        t = [p.t_s for p in points]
+        line = axes[0].step(t, [p.routable for p in points], where="post", label=f"{name}: routable")[0]
+        axes[0].step(t, [p.routable if p.held is None else p.held for p in points], where="post", linestyle="--",
+                     color=line.get_color(), label=f"{name}: held (started)")
+        axes[1].plot(t, [p.kv_mean or 0 for p in points], label=name)
+        axes[2].plot(t, [p.stragglers or 0 for p in points], label=name)
+    for ax, label in zip(axes, (f"{tier} replicas", "KV occupancy (mean)", "stragglers"), strict=True):
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="small")
+    axes[2].set_xlabel("seconds since the load test started")
+    return _save(fig, path)

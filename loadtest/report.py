@@ -31,13 +31,16 @@ class Percentiles(BaseModel):
     p50: float | None
     p90: float | None
     p99: float | None
+    mean: float | None = None
+    """None in reports saved before the mean was recorded."""
 
     @classmethod
     def of(cls, values: Sequence[float]) -> Percentiles:
         if not values:
             return cls(count=0, p50=None, p90=None, p99=None)
-        p50, p90, p99 = np.percentile(np.asarray(values, dtype=float), [50, 90, 99])
-        return cls(count=len(values), p50=float(p50), p90=float(p90), p99=float(p99))
+        array = np.asarray(values, dtype=float)
+        p50, p90, p99 = np.percentile(array, [50, 90, 99])
+        return cls(count=len(values), p50=float(p50), p90=float(p90), p99=float(p99), mean=float(array.mean()))
 
 
 class ClassStats(BaseModel):

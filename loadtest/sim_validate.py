@@ -18,6 +18,7 @@ from typing import Any
 from loadtest.gpu_bench import class_summary
 from loadtest.plan import PlanInputs, simulate
 from loadtest.report import Report
+from loadtest.sim_cluster import SimSettings
 from loadtest.sim_profile import HardwareProfile, profile_for
 from loadtest.sim_replica import SimReplica, SimRequest
 from loadtest.sim_workload import TEMPLATE_TOKENS, WorkloadSpec
@@ -61,10 +62,13 @@ def _report_classes(report: Report) -> dict[str, dict[str, Any]]:
     return {c: {"goodput": s.goodput_rps, "p50": s.ttfvt_s.p50, "p99": s.ttfvt_s.p99} for c, s in run.classes.items()}
 
 
-def fullstack_case(name: str, report_path: Path, policy_path: Path, lengths: str = "budget") -> Case:
+def fullstack_case(
+    name: str, report_path: Path, policy_path: Path, lengths: str = "budget", settings: SimSettings | None = None
+) -> Case:
     """A recorded load test against thinktier, replayed through the simulated cluster."""
     real = Report.model_validate_json(report_path.read_text())
-    result = simulate(PlanInputs(load_policy(policy_path), WorkloadSpec.from_report(report_path), lengths))
+    inputs = PlanInputs(load_policy(policy_path), WorkloadSpec.from_report(report_path), lengths, settings or SimSettings())
+    result = simulate(inputs)
     real_classes, sim_classes = _report_classes(real), _report_classes(result.report)
     figures = [Figure("goodput req/s", real.runs[0].goodput_rps, result.run.goodput_rps),
                Figure("output tok/s", real.runs[0].tps, result.run.tps)]
@@ -134,12 +138,15 @@ class _EngineRecord:
         return self.request.answer_tokens
 
 
-def engine_case(name: str, run_path: Path, config: str, workload_path: Path, policy_path: Path) -> Case:
-    """One configuration of a recorded `thinktier bench gpu run`, replayed through one simulated replica."""
+def engine_case(
+    name: str, run_path: Path, config: str, workload_path: Path, policy_path: Path, step: str | None = None
+) -> Case:
+    """One configuration of a recorded `thinktier bench gpu run`, replayed through one simulated replica. `step`: the
+    workload's name in the run (`--workload NAME=PATH`); the name inside the workload file when None."""
     run = json.loads(run_path.read_text())
     workload = json.loads(workload_path.read_text())
-    result = next(r for r in run["results"] if r["config"] == config)
-    real = result["workloads"][workload["name"]]
+    result = next(r for r in run["results"] if r["config"] == config and (step or workload["name"]) in r["workloads"])
+    real = result["workloads"][step or workload["name"]]
     policy = load_policy(policy_path)
     tier = policy.routing.reasoning_tier
     priority = result["engine"].get("scheduling_policy") == "priority"

@@ -46,6 +46,8 @@ class WorkloadSpec:
         seed, with the load test's default languages."""
         settings = json.loads(path.read_text())["settings"]
         rates = settings["rates"]
+        if isinstance(rates, str):  # the load test records its --rates text, e.g. "1,2.5"; the planner a list
+            rates = [r for r in rates.split(",") if r]
         if settings.get("mode") != "open" or len(rates) != 1:
             raise ValueError(f"{path}: the planner replays one open-loop rate; this run has mode {settings.get('mode')} "
                              f"and rates {rates}")

@@ -12,7 +12,9 @@ Problems come from three places, all reported together, sorted by line:
 
 from __future__ import annotations
 
+import copy
 import difflib
+import json
 import re
 import types
 from collections.abc import Callable
@@ -288,6 +290,29 @@ def parse_policy(text: str, file: str = "<policy>") -> Policy:
     if problems:
         raise PolicyError(sorted(problems, key=lambda p: (p.line, p.column, p.field)))
     return policy
+
+
+def with_setting(policy: Policy, knob: str, value: str) -> Policy:
+    """The policy with one dotted field set (e.g. tiers.reasoning.engine.scheduling_policy=fcfs), validated again.
+    `value` is JSON (numbers, true/false/null, lists, objects) or a bare word such as fcfs."""
+    data = copy.deepcopy(policy.model_dump(mode="json"))
+    node: Any = data
+    *path, last = knob.split(".")
+    for key in path:
+        if not isinstance(node, dict) or key not in node:
+            have = sorted(node) if isinstance(node, dict) else node
+            raise ValueError(f"{knob}: {key!r} is not a field here; found {have}")
+        node = node[key]
+    try:
+        node[last] = json.loads(value)
+    except json.JSONDecodeError:
+        node[last] = value
+    return parse_policy(json.dumps(data), f"{knob}={value}")
+
+
+def dump_policy(policy: Policy) -> str:
+    """The policy as YAML that `load_policy` reads back to the same policy."""
+    return yaml.safe_dump(policy.model_dump(mode="json"), sort_keys=False)
 
 
 def write_policy_variant(source: str | Path, edit: Callable[[dict[str, Any]], None], dest: Path) -> Path:

@@ -13,7 +13,7 @@ import pytest
 
 from cli.main import main
 from deployments.routing import Overloaded
-from loadtest.plan import PlanInputs, min_replicas_for_slo, simulate, with_knob
+from loadtest.plan import PlanInputs, min_replicas_for_slo, simulate
 from loadtest.report import Report
 from loadtest.sim_cluster import SimSettings
 from loadtest.sim_profile import Geometry, HardwareProfile, profile_for
@@ -21,7 +21,7 @@ from loadtest.sim_replica import SimReplica, SimRequest
 from loadtest.sim_validate import fullstack_case
 from loadtest.sim_workload import WorkloadSpec
 from loadtest.workload import Mix
-from policies.loader import load_policy
+from policies.loader import load_policy, with_setting
 from policies.schema import Stragglers
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -105,7 +105,7 @@ def test_the_replica_choice_is_the_real_router_score() -> None:
 
 
 def test_the_replica_count_is_the_real_autoscaler_decision() -> None:
-    policy = with_knob(load_policy(ONEPOOL), "tiers.reasoning.replicas", '{"min": 1, "max": 4}')
+    policy = with_setting(load_policy(ONEPOOL), "tiers.reasoning.replicas", '{"min": 1, "max": 4}')
     inputs = replace(small(rate=0.5, startup_s=2.0), policy=policy)
     steady = simulate(inputs)
     assert {t.tier: t.replicas_max for t in steady.tiers} == {"reasoning": 1}
@@ -128,8 +128,8 @@ def test_the_fewest_replicas_that_meet_the_slos() -> None:
 
 def test_a_sweep_knob_that_is_not_a_field_says_which_fields_exist() -> None:
     with pytest.raises(ValueError, match=r"'engin' is not a field here; found \['autoscaling', 'budgets'"):
-        with_knob(load_policy(ONEPOOL), "tiers.reasoning.engin.scheduling_policy", "fcfs")
-    assert with_knob(load_policy(ONEPOOL), "tiers.reasoning.engine.scheduling_policy", "priority").tiers[
+        with_setting(load_policy(ONEPOOL), "tiers.reasoning.engin.scheduling_policy", "fcfs")
+    assert with_setting(load_policy(ONEPOOL), "tiers.reasoning.engine.scheduling_policy", "priority").tiers[
         "reasoning"
     ].engine.scheduling_policy == "priority"
 
