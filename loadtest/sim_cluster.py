@@ -6,7 +6,9 @@ last reported load, then the real `cluster.request_router.score_replica` picks t
 its stats (as replicas push them every `metrics_interval_s`), and each tier's autoscaler decides: the real
 `cluster.autoscaling.decide_replicas`, or, for a tier with `autoscaling.signal: ongoing_requests`, Ray Serve's
 default policy (`ray_default_replicas`). A new replica serves `startup_s` after it is asked for; a replica scaled
-down takes no new requests and leaves once its last request ends (Ray Serve drains it).
+down takes no new requests and leaves once its last request ends (Ray Serve drains it). Replicas that ask for part of
+a GPU (`pool.gpu_fraction`) are packed onto GPUs first-fit, as Ray does, and engines on one GPU slow each other's
+device work every tick (`device_slowdowns`).
 """
 
 from __future__ import annotations
@@ -40,6 +42,23 @@ class SimSettings:
     """False: every tier keeps its initial replica count."""
     replicas: dict[str, int] = field(default_factory=dict)
     """Initial (and, without autoscaling, fixed) replicas per tier; the policy's initial/min when absent."""
+
+
+@dataclass
+class Device:
+    """One GPU and the engines Ray placed on it (fractional GPUs: `pool.gpu_fraction` below 1)."""
+
+    free: float = 1.0
+    replicas: list[SimReplica] = field(default_factory=list)
+
+
+def device_slowdowns(replicas: Sequence[SimReplica]) -> list[float]:
+    """Engines sharing one device time-slice it: while one computes, each other engine is computing for the share of
+    its time its batch keeps the device busy, and both go at half speed then. So an engine's device work stretches by
+    1 + the others' duty. The CPU-side serving overhead is each engine's own (one process per engine)."""
+    duties = [r.device_duty() for r in replicas]
+    total = sum(duties)
+    return [1.0 + total - duty for duty in duties]
 
 
 @dataclass
@@ -143,16 +162,46 @@ class Simulation:
         self.score = score_fn
         self.decide_replicas = decide_replicas_fn
         self.tiers: dict[str, SimTier] = {}
+        self.devices: list[Device] = []
+        self.placed: dict[str, Device] = {}
         for name, tier in policy.tiers.items():
             profile = profiles[name]
             sim = SimTier(name, tier, profile, profile.kv_tokens(tier))
             count = settings.replicas.get(name, tier.replicas.initial if tier.replicas.initial is not None else tier.replicas.min)
-            sim.replicas = [sim.new_replica() for _ in range(count)]
+            sim.replicas = [self.start_replica(sim) for _ in range(count)]
             sim.target = count
             self.tiers[name] = sim
         self.requests: list[SimRequest] = []
         self.timeline: list[TimelinePoint] = []
         self.rng = random.Random(seed)
+
+    # ---- devices ---------------------------------------------------------------------------------------------
+
+    def start_replica(self, tier: SimTier) -> SimReplica:
+        """A new replica of `tier`; one that asks for part of a GPU is placed on the first GPU with room for it, as
+        Ray packs fractional GPUs (a whole-GPU replica shares with nothing)."""
+        replica = tier.new_replica()
+        pool = tier.config.pool
+        if pool.accelerator == "gpu" and pool.gpu_fraction < 1:
+            device = next((d for d in self.devices if d.free >= pool.gpu_fraction - 1e-9), None)
+            if device is None:
+                device = Device()
+                self.devices.append(device)
+            device.free -= pool.gpu_fraction
+            device.replicas.append(replica)
+            self.placed[replica.name] = device
+        return replica
+
+    def stop_replica(self, tier: SimTier, replica: SimReplica) -> None:
+        device = self.placed.pop(replica.name, None)
+        if device is not None:
+            device.free += tier.config.pool.gpu_fraction
+            device.replicas.remove(replica)
+
+    def share_devices(self) -> None:
+        for device in self.devices:
+            for replica, slowdown in zip(device.replicas, device_slowdowns(device.replicas), strict=True):
+                replica.device_slowdown = slowdown
 
     # ---- one request -----------------------------------------------------------------------------------------
 
@@ -216,6 +265,9 @@ class Simulation:
             serving = tier.replicas + tier.draining
             for replica in serving:
                 replica.advance_to(now)
+            for replica in tier.draining:
+                if not replica.load:
+                    self.stop_replica(tier, replica)
             tier.draining = [r for r in tier.draining if r.load]
             ready = [p for p in tier.pending if p.ready_s <= now]
             tier.pending = [p for p in tier.pending if p.ready_s > now]
@@ -235,6 +287,7 @@ class Simulation:
             ))
             if self.settings.autoscale:
                 self.autoscale(tier, now)
+        self.share_devices()
 
     def autoscale(self, tier: SimTier, now: float) -> None:
         config = tier.config
@@ -246,12 +299,12 @@ class Simulation:
             sample = TierSample(tuple(tier.reports.values()), ongoing, tier.target, running)
             wanted, tier.state = self.decide_replicas(tier.state, sample, config.autoscaling, config.replicas, now)
         while tier.target < wanted:
-            tier.pending.append(Pending(now + self.settings.startup_s, tier.new_replica()))
+            tier.pending.append(Pending(now + self.settings.startup_s, self.start_replica(tier)))
             tier.target += 1
         while tier.target > wanted:
             tier.target -= 1
             if tier.pending:
-                tier.pending.pop()
+                self.stop_replica(tier, tier.pending.pop().replica)
                 continue
             idlest = min(tier.replicas, key=lambda r: r.load)
             tier.replicas.remove(idlest)

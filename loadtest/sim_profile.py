@@ -58,10 +58,18 @@ class HardwareProfile:
     overhead_s_per_seq: float = 0.0
     """The serving stack's extra cost per running sequence and step (see the module docstring)."""
 
-    def step_s(self, batch: int, mean_context: float) -> float:
-        """One decode step of `batch` sequences whose contexts average `mean_context` tokens."""
-        per_seq = self.b_s_per_seq + self.overhead_s_per_seq + self.c_s_per_seq_token * mean_context
-        return self.a_s + batch * per_seq
+    def device_s(self, batch: int, mean_context: float) -> float:
+        """The device's share of one decode step: the bare engine's measured step."""
+        return self.a_s + batch * (self.b_s_per_seq + self.c_s_per_seq_token * mean_context)
+
+    def step_s(self, batch: int, mean_context: float, device_slowdown: float = 1.0) -> float:
+        """One decode step of `batch` sequences whose contexts average `mean_context` tokens; the device's share
+        stretched by `device_slowdown` when other engines use the same device."""
+        return self.device_s(batch, mean_context) * device_slowdown + batch * self.overhead_s_per_seq
+
+    def device_duty(self, batch: int, mean_context: float) -> float:
+        """Share of a busy engine's time that its device computes (the rest is the serving overhead, on the CPU)."""
+        return self.device_s(batch, mean_context) / self.step_s(batch, mean_context) if batch else 0.0
 
     def kv_tokens(self, tier: Tier) -> int:
         """KV cache tokens of one replica: the policy's KV size, or what gpu_memory_utilization leaves after the

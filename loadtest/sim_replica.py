@@ -6,7 +6,8 @@ fills, the caller's next time) every running sequence gains one token per step a
 `advance_to` jumps over all those steps at once. Modelled on vLLM v1's scheduler: waiting requests are admitted in
 policy order while the batch has room (max_num_seqs) and the KV cache holds their prompt; when a running sequence
 cannot grow, the lowest-priority, latest-arrived one (FCFS: the latest admitted) is preempted and must recompute
-its prompt and the tokens it had generated when it is admitted again. Not modelled: KV block granularity, prefix
+its prompt and the tokens it had generated when it is admitted again. The cluster sets `device_slowdown` when other
+engines share the replica's GPU. Not modelled: KV block granularity, prefix
 cache hits, CPU offload, speculative decoding, several samples per request.
 """
 
@@ -61,6 +62,8 @@ class SimReplica:
     priority_scheduling: bool
     stragglers: Stragglers
     t: float = 0.0
+    device_slowdown: float = 1.0
+    """How much other engines on the same device stretch this one's device work (set by the cluster each tick)."""
     preemptions_total: int = 0
     waiting: list[tuple[tuple[float, float, int], SimRequest]] = field(default_factory=list)
     running: list[SimRequest] = field(default_factory=list)
@@ -79,6 +82,10 @@ class SimReplica:
         self.advance_to(now)
         request.replica = self.name
         self._enqueue(request)
+
+    def device_duty(self) -> float:
+        """Share of the time this engine keeps its device busy at its current batch (0 when idle)."""
+        return self.profile.device_duty(len(self.running), float(self._context.mean()) if self.running else 0.0)
 
     def stats(self) -> ReplicaStats:
         used = int(self._context.sum())
@@ -104,7 +111,7 @@ class SimReplica:
                 self.t = max(self.t, until)
                 return
             batch = len(self.running)
-            step = self.profile.step_s(batch, float(self._context.mean()))
+            step = self.profile.step_s(batch, float(self._context.mean()), self.device_slowdown)
             steps_in_time = math.floor((until - self.t) / step + 1e-9)
             if steps_in_time <= 0:
                 return
@@ -142,8 +149,8 @@ class SimReplica:
             prefill += context
         if not admitted:
             return
-        self.t += prefill * self.profile.prefill_s_per_token
-        first_step_end = self.t + self.profile.step_s(len(self.running) + len(admitted), 0.0)
+        self.t += prefill * self.profile.prefill_s_per_token * self.device_slowdown
+        first_step_end = self.t + self.profile.step_s(len(self.running) + len(admitted), 0.0, self.device_slowdown)
         for request in admitted:
             if request.first_token_s is None:
                 request.first_token_s = first_step_end

@@ -15,7 +15,7 @@ from cli.main import main
 from deployments.routing import Overloaded
 from loadtest.plan import PlanInputs, min_replicas_for_slo, simulate
 from loadtest.report import Report
-from loadtest.sim_cluster import SimSettings
+from loadtest.sim_cluster import SimSettings, Simulation
 from loadtest.sim_profile import Geometry, HardwareProfile, profile_for
 from loadtest.sim_replica import SimReplica, SimRequest
 from loadtest.sim_validate import fullstack_case
@@ -145,6 +145,33 @@ def test_the_plan_command_writes_the_report_and_plots(tmp_path: Path, capsys: py
 
 
 # ---- validation against the H200 runs --------------------------------------------------------------------------------
+
+
+def test_engines_sharing_a_gpu_slow_each_others_device_work_and_whole_gpu_replicas_share_nothing() -> None:
+    policy = load_policy(EXAMPLES / "gpu-autoscaling.yaml")  # reasoning 1-3 and chat 1, each a quarter of a GPU
+    sim = Simulation(policy, {n: profile_for(t) for n, t in policy.tiers.items()}, SimSettings(autoscale=False,
+                     replicas={"reasoning": 3, "chat": 1}))
+    assert len(sim.devices) == 1 and sorted(len(d.replicas) for d in sim.devices) == [4]  # packed first-fit
+    busy, idle = sim.tiers["reasoning"].replicas[:2]
+    for i in range(40):
+        busy.submit(request(i, thinking=2000), 0.0)
+    sim.share_devices()
+    assert idle.device_slowdown == pytest.approx(1 + busy.device_duty()) and 0.3 < busy.device_duty() < 1
+    assert busy.device_slowdown == 1.0  # the others are idle
+    alone = SimReplica("alone", busy.profile, busy.kv_capacity, 256, 8192, True, Stragglers())
+    for i in range(40):
+        alone.submit(request(i, thinking=2000), 0.0)
+    idle.submit(request(99, thinking=2000), 0.0)
+    idle.advance_to(0.0)  # admitted: now it computes too
+    sim.share_devices()
+    busy.advance_to(120.0)
+    alone.advance_to(120.0)
+    assert busy.device_slowdown > 1.5
+    shared_end, alone_end = (max(r.end_s for r in e.finished) for e in (busy, alone))  # type: ignore[type-var]
+    assert shared_end > 1.3 * alone_end  # the same batch on a GPU shared with a busy engine
+    whole = load_policy(EXAMPLES / "gpu-tiered-haproxy.yaml")
+    split = Simulation(whole, {n: profile_for(t) for n, t in whole.tiers.items()}, SimSettings(autoscale=False))
+    assert split.devices == []
 
 
 def test_the_simulator_reproduces_the_h200_full_stack_runs_within_25_percent() -> None:
