@@ -193,3 +193,27 @@ def test_a_sweep_runs_one_plan_per_value_and_takes_json_values(tmp_path: Path) -
     assert len(rows) == 2
     assert len(list(tmp_path.glob("routing.priority=*/plan.md"))) == 2
     assert main(["plan", "--policy", str(ONEPOOL), "--out", str(tmp_path), "--sweep", "routing.nope=1,2"]) == 1
+
+
+def test_bursty_reasoning_load_has_the_published_shape() -> None:
+    """The shapes the ICLR 2026 study of reasoning-model serving reports: under bursty reasoning traffic the reasoning
+    tier's KV occupancy swings and plateaus near 100% while the chat workload's stays low, and a tail of stragglers
+    holds the batch after the arrivals stop."""
+    policy = load_policy(EXAMPLES / "gpu-tiered-haproxy.yaml")  # one reasoning replica on one H200, chat on another
+    spec = WorkloadSpec(Mix.parse("easy=0.4,medium=0.3,hard=0.2,chat=0.1"), 3.0, 0.25, 240.0, 3)
+    timeline = simulate(PlanInputs(policy, spec, settings=SimSettings(autoscale=False, drain_s=400))).sim.timeline
+    reasoning = [p for p in timeline if p.tier == "reasoning"]
+    kv = [p.kv_mean for p in reasoning]
+    full = [k >= 0.9 for k in kv]
+    longest, run = 0, 0
+    for f in full:
+        run = run + 1 if f else 0
+        longest = max(longest, run)
+    assert longest >= 10  # a plateau near full, seconds long
+    first_full = full.index(True)
+    drop = next(i for i in range(first_full, len(kv)) if kv[i] < 0.6)
+    assert any(k >= 0.95 for k in kv[drop:])  # it empties and fills again: it swings
+    assert max(p.kv_max for p in timeline if p.tier == "chat") < 0.2
+    peak = max(p.running for p in reasoning)
+    tail = [p for p in reasoning if p.t_s > spec.duration_s and 0 < p.running <= 0.25 * peak]
+    assert any(p.stragglers >= p.running / 2 for p in tail)  # the last few running requests are stragglers
