@@ -24,6 +24,7 @@ from policies.loader import parse_policy
 
 TIER_PROCESSES = "tier"
 """The driver's CPU class of tier replica processes (every tier together)."""
+CLASS_ORDER = ("easy", "medium", "hard", "chat")
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,8 @@ class SignalResult:
     signal: str
     requests: int
     slo_misses: int
+    degraded: int
+    """Served with a shrunken budget or on the chat tier: what a saturated tier trades for its latency."""
     goodput_rps: float
     ttfvt_p99_s: dict[str, float | None]
     routable_replica_s: float
@@ -128,6 +131,7 @@ def compare(out_dir: Path, tier: str) -> list[SignalResult]:
             signal=autoscaling.signal,
             requests=overall.requests,
             slo_misses=overall.requests - overall.slo_met,
+            degraded=overall.degraded,
             goodput_rps=report.goodput_rps,
             ttfvt_p99_s={c: s.ttfvt_s.p99 for c, s in report.classes.items()},
             routable_replica_s=replica_seconds([(p.t_s, p.routable) for p in points]),
@@ -145,19 +149,20 @@ def _f(value: float | None, digits: int = 1) -> str:
 
 
 def markdown(results: list[SignalResult], tier: str, baseline: str) -> str:
-    classes = sorted({c for r in results for c in r.ttfvt_p99_s})
+    seen = {c for r in results for c in r.ttfvt_p99_s}
+    classes = [c for c in CLASS_ORDER if c in seen] + sorted(seen - set(CLASS_ORDER))
     lines = [
         f"# Autoscaling of the {tier} tier: signal against signal",
         "",
-        "| config | signal | requests | SLO misses | goodput req/s | "
+        "| config | signal | requests | SLO misses | degraded | goodput req/s | "
         + " | ".join(f"{c} TTFVT p99 s" for c in classes)
         + " | replica-s routable | replica-s held | max replicas routable / held | pressure -> routable s |",
-        "|---|---|---|---|---|" + "---|" * len(classes) + "---|---|---|---|",
+        "|---|---|---|---|---|---|" + "---|" * len(classes) + "---|---|---|---|",
     ]
     for r in results:
         waits = ", ".join(_f(u.pressure_to_routable_s) for u in r.scale_ups) or "-"
         lines.append(
-            f"| {r.name} | {r.signal} | {r.requests} | {r.slo_misses} | {r.goodput_rps:.2f} | "
+            f"| {r.name} | {r.signal} | {r.requests} | {r.slo_misses} | {r.degraded} | {r.goodput_rps:.2f} | "
             + " | ".join(_f(r.ttfvt_p99_s.get(c)) for c in classes)
             + f" | {r.routable_replica_s:.0f} | {_f(r.held_replica_s, 0)} | {r.max_routable} / {r.max_held or '-'} | {waits} |"
         )

@@ -71,7 +71,9 @@ def test_summarize_scaling_writes_the_comparison(tmp_path: Path) -> None:
     saved = json.loads((tmp_path / "autoscaling.json").read_text())
     assert [r["name"] for r in saved] == ["kv", "ongoing"]
     assert (tmp_path / "autoscaling.png").stat().st_size > 10_000
-    assert "| kv | kv_and_stragglers | 515 |" in (tmp_path / "autoscaling.md").read_text()
+    table = (tmp_path / "autoscaling.md").read_text()
+    assert "| kv | kv_and_stragglers | 515 | 19 | 146 |" in table  # SLO misses, then degraded requests
+    assert table.index("easy TTFVT p99") < table.index("medium TTFVT p99") < table.index("hard TTFVT p99")
 
 
 def test_gpu_workload_set_changes_the_priorities_it_records(tmp_path: Path) -> None:
