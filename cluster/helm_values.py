@@ -27,7 +27,7 @@ from pydantic import BaseModel
 
 from cluster.serve_config import GIB, pool_resource, ray_env, serve_config
 from policies.loader import load_policy
-from policies.schema import Policy, Pool, Replicas, Server, Tenant, Tier
+from policies.schema import ENV_NAME, Policy, Pool, Replicas, Server, Tier
 
 POLICY_MOUNT_DIR = "/etc/thinktier"
 """Where pods mount the policy ConfigMap, as a directory: the kubelet's atomic symlink swap on a
@@ -138,10 +138,16 @@ def helm_values(policy: Policy, policy_text: str) -> dict[str, Any]:
         "policy": {"mountDir": POLICY_MOUNT_DIR, "key": POLICY_KEY, "yaml": policy_text},
         "servePort": policy.server.port,
         "serveConfigV2": yaml.dump(serve_config(policy, POLICY_PATH, in_pools=True), Dumper=_LiteralDumper, sort_keys=False),
-        "apiKeyEnvs": sorted({tenant.api_key_env for tenant in policy.tenants.values()}),
+        "apiKeyEnvs": api_key_envs(policy),
         "rayEnv": ray_env(policy.server),
         "tiers": {name: WorkerGroup.from_tier(name, tier).as_values() for name, tier in policy.tiers.items()},
     }
+
+
+def api_key_envs(policy: Policy) -> list[str]:
+    """The environment variables the policy reads keys from (the tenants' and the metrics key), each from the Secret."""
+    envs = {tenant.api_key_env for tenant in policy.tenants.values()} | {policy.server.metrics_api_key_env}
+    return sorted(env for env in envs if env is not None)
 
 
 def render_helm_values(policy_path: str | Path) -> str:
@@ -220,8 +226,9 @@ def values_schema_properties() -> dict[str, dict[str, Any]]:
         "serveConfigV2": {"type": "string", "description": f"The RayService's Ray Serve config. {GENERATED_BY}"},
         "apiKeyEnvs": {
             "type": "array",
-            "items": _policy_field(Tenant, "api_key_env", "tenants.<tenant>.api_key_env"),
-            "description": f"Environment variables the tenants' API keys come from. {GENERATED_BY}",
+            "items": {"type": "string", "pattern": ENV_NAME, "description": "An environment variable's name."},
+            "description": "Environment variables the tenants' API keys (tenants.<tenant>.api_key_env) and the metrics "
+            f"key (server.metrics_api_key_env) come from. {GENERATED_BY}",
         },
         "rayEnv": {
             "type": "object",

@@ -12,7 +12,7 @@ from types import TracebackType
 
 import httpx
 
-from cluster.serve_config import APP_NAME, ray_env
+from cluster.serve_config import APP_NAME, http_options, ray_env
 from deployments.models import resolve_model
 from policies.loader import load_policy
 
@@ -125,7 +125,7 @@ class LocalCluster:
         from cluster.app import AppArgs, build_app
 
         try:
-            serve.start(http_options={"host": self.host, "port": self.port})
+            serve.start(http_options=http_options(self.policy.server, self.host) | {"port": self.port})
         except Exception as exc:  # e.g. HAProxy mode without its binary
             raise StartupError(f"Ray Serve did not start: {_exception_line(str(exc))}; logs: {_logs_dir()}") from exc
         self.progress("deploying the application (engines take tens of seconds to load)")

@@ -19,6 +19,9 @@ INGRESS = "Ingress"
 LOAD_BOARD = "LoadBoard"
 CLASSIFIER = "DifficultyClassifier"
 GIB = 1 << 30
+SERVE_TIMEOUT_MARGIN_S = 120
+"""Serve's request_timeout_s is server.tier_timeout_s plus this: the Ingress ends a late tier call first, with an
+OpenAI-shaped 504; Serve's timeout is the backstop for whatever else holds a request (body, classifier, queues)."""
 
 
 def tier_deployment_name(tier: str) -> str:
@@ -60,6 +63,11 @@ def ray_env(server: Server) -> dict[str, str]:
     return dict(HAPROXY_ENV) if server.http_proxy == "haproxy" else {}
 
 
+def http_options(server: Server, host: str) -> dict[str, Any]:
+    """Ray Serve's HTTP options for the policy's front door."""
+    return {"host": host, "port": server.port, "request_timeout_s": server.tier_timeout_s + SERVE_TIMEOUT_MARGIN_S}
+
+
 def replica_count_options(replicas: Replicas, **autoscaling: Any) -> dict[str, Any]:
     """A fixed replica count, or Ray Serve's own ongoing-requests autoscaling between min and max (plus the given
     `autoscaling_config` settings; Ray's defaults for the rest)."""
@@ -93,7 +101,7 @@ def tier_options(name: str, tier: Tier, in_pools: bool) -> dict[str, Any]:
         "ray_actor_options": actor,
         "max_ongoing_requests": tier.engine.max_num_seqs * 4,
         "graceful_shutdown_timeout_s": 5,
-        "health_check_period_s": 10,
+        "health_check_period_s": 5,  # check_health: a dead engine is replaced within seconds
         "health_check_timeout_s": 120,
         "request_router_config": serve_request_router_config(tier.autoscaling.metrics_interval_s, tier.router_weights),
         **_tier_scaling(tier),
@@ -112,14 +120,15 @@ def deployment_options(policy: Policy, in_pools: bool = False) -> dict[str, dict
     for name, tier in policy.tiers.items():
         opts = tier_options(name, tier, in_pools)
         options[opts["name"]] = opts
-    return options
+    logging = {"logging_config": {"encoding": policy.server.log_encoding.upper()}}
+    return {name: opts | logging for name, opts in options.items()}
 
 
 def serve_config(policy: Policy, policy_path: str, in_pools: bool = True) -> dict[str, Any]:
     """A Ray Serve config file (the `serve deploy` / RayService `serveConfigV2` schema) for the policy."""
     return {
         "proxy_location": "EveryNode",
-        "http_options": {"host": "0.0.0.0", "port": policy.server.port},
+        "http_options": http_options(policy.server, "0.0.0.0"),
         "applications": [
             {
                 "name": APP_NAME,

@@ -18,12 +18,13 @@ from ray.serve.context import _get_serve_request_context
 from ray.serve.handle import DeploymentHandle
 
 from deployments import openai_api as oa
-from deployments.admission import Admission, Slot
+from deployments.admission import Admission, Slot, bearer_key, matches
 from deployments.decision import HEADER_PREFIX, Decision, RoutingRequest
 from deployments.metrics import ServiceMetrics
-from deployments.protocol import PromptTooLong, TierChunk, TierRequest
+from deployments.protocol import TierChunk, TierRequest
 from deployments.replica_stats import ReplicaStats
-from deployments.routing import Overloaded, TierLoad, decide
+from deployments.routing import Overloaded, TierLoad, decide, failover
+from deployments.tier_call import Deadline, TierFailed, call_tier
 from policies.loader import DEFAULT_POLICY
 from policies.schema import Policy
 from policies.watcher import PolicyChange, PolicyWatcher
@@ -35,25 +36,28 @@ AUTO_MODELS = frozenset({"thinktier", "auto"})
 app = FastAPI(title="thinktier", description="OpenAI-compatible reasoning service with difficulty-tiered serving.")
 
 
-def _cause(exc: BaseException) -> BaseException:
-    """The user exception inside a Ray error (Ray wraps exceptions raised in other replicas)."""
-    return getattr(exc, "cause", None) or exc
-
-
-async def sse_body(framer: oa.SSEFramer, first: TierChunk, stream: Any, tracker: _Request, slot: Slot) -> AsyncIterator[str]:
+async def sse_body(
+    framer: oa.SSEFramer, first: TierChunk, stream: Any, tracker: _Request, slot: Slot, deadline: Deadline
+) -> AsyncIterator[str]:
     """The SSE body: one event per (coalesced) chunk of the tier's stream. A failure after the stream started (its 200 is
-    gone) ends it with an OpenAI error event and [DONE], never silently. On any early end (the client went away, an
-    error) the tier's stream is cancelled, which aborts the engine request."""
+    gone) ends it with an OpenAI error event and [DONE], never silently; so does a tier that sends nothing within the
+    deadline. On any early end (the client went away, an error) the tier's stream is cancelled, which aborts the engine
+    request."""
     chunk = first
     async with slot:
         try:
             tracker.saw(chunk)
             yield framer.start() + framer.events(chunk)
             while chunk.finish_reason is None:
-                chunk = await stream.__anext__()
+                chunk = await asyncio.wait_for(stream.__anext__(), deadline.chunk_s())
                 tracker.saw(chunk)
                 yield framer.events(chunk)
             tracker.finished(chunk)
+            yield oa.SSE_DONE
+        except TimeoutError:
+            tracker.failed()
+            logger.warning("stream %s: %s", framer.request_id, deadline.message())
+            yield oa.sse_error(deadline.message(), framer.request_id, code="timeout")
             yield oa.SSE_DONE
         except Exception:  # StopAsyncIteration too: a tier stream that ends without a finish reason
             tracker.failed()
@@ -131,7 +135,9 @@ class Ingress:
         self.admission = Admission()
         self._watcher = PolicyWatcher(policy_path or DEFAULT_POLICY, self._reload, policy=policy)
         self._watcher.start()
-        self.metrics = ServiceMetrics(lambda: self._replica_stats, lambda: self._watcher.reloads)
+        self.metrics = ServiceMetrics(
+            lambda: self._replica_stats, lambda: self._watcher.reloads, lambda: self.admission.in_flight(self.policy)
+        )
         self._refresher = asyncio.get_running_loop().create_task(self._refresh_loads())
 
     def _reload(self, policy: Policy, change: PolicyChange) -> None:
@@ -141,8 +147,18 @@ class Ingress:
         interval = min(tier.autoscaling.metrics_interval_s for tier in self.policy.tiers.values())
         while True:
             with contextlib.suppress(Exception):  # the board may be restarting; routing uses the last view meanwhile
-                self._replica_stats = await self.board.replica_stats.remote()
+                await self._read_board()
             await asyncio.sleep(interval)
+
+    async def _read_board(self) -> dict[str, dict[str, ReplicaStats]]:
+        """The load board's view (kept for routing and /metrics), within server.load_board_timeout_s."""
+        timeout_s = self.policy.server.load_board_timeout_s
+        self._replica_stats = await asyncio.wait_for(self.board.replica_stats.remote(), timeout_s)
+        return self._replica_stats
+
+    def _down(self, tier: str | None) -> bool:
+        """Whether the load board has seen `tier` and now lists no live replica of it (Serve is replacing them)."""
+        return tier in self._replica_stats and not self._replica_stats[tier]
 
     def _loads(self) -> dict[str, TierLoad]:
         return {tier: TierLoad(tuple(replicas.values())) for tier, replicas in self._replica_stats.items()}
@@ -150,8 +166,17 @@ class Ingress:
     # ---- the flow ------------------------------------------------------------------------------------------------
 
     async def _body(self, request: Request) -> bytes:
+        """The body within server.body_read_timeout_s (a body trickled in byte by byte gets a 408, not the Ingress)."""
+        timeout_s = self.policy.server.body_read_timeout_s
+        try:
+            async with asyncio.timeout(timeout_s):
+                return await self._read_body(request, self.policy.server.max_body_bytes)
+        except TimeoutError:
+            raise oa.APIError(408, f"the request body did not arrive within {timeout_s:g} s (policy: "
+                              "server.body_read_timeout_s)", code="request_timeout") from None
+
+    async def _read_body(self, request: Request, limit: int) -> bytes:
         """The body, read no further than the limit: a declared or streamed body past it is refused unread."""
-        limit = self.policy.server.max_body_bytes
         declared = request.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > limit:
             raise oa.APIError(413, f"request body is {declared} bytes; the limit is {limit}", code="body_too_large")
@@ -162,7 +187,7 @@ class Ingress:
                 raise oa.APIError(413, f"request body is over {limit} bytes, the limit", code="body_too_large")
         return bytes(body)
 
-    async def _decide(self, parsed: oa.OpenAIRequest, tenant: str) -> Decision:
+    async def _decide(self, parsed: oa.OpenAIRequest, tenant: str) -> tuple[Decision, RoutingRequest]:
         requested = self.policy.tier_for_model(parsed.model)
         if requested is None and parsed.model not in AUTO_MODELS:
             raise oa.APIError(404, f"model {parsed.model!r} does not exist; GET /v1/models lists the models",
@@ -191,7 +216,7 @@ class Ingress:
         self.metrics.decisions.labels(decision.tier, decision.effort, decision.reason).inc()
         if decision.degraded:
             self.metrics.degraded.labels(decision.degraded.split(":")[0]).inc()
-        return decision
+        return decision, routing
 
     async def _serve(self, request: Request, kind: type[oa.OpenAIRequest]) -> Response:
         """Who is calling first (401 before the body is read), then the body within its limit (413), then the request
@@ -205,16 +230,21 @@ class Ingress:
         try:
             tenant = self.admission.tenant(self.policy, request.headers.get("authorization", ""))
             parsed = oa.parse_request(await self._body(request), kind)
-            slot = self.admission.slot(self.policy, tenant)
+            slot = self._slot(tenant)
         except oa.APIError as err:
             return JSONResponse(err.body, status_code=err.status, headers=err.headers)
         streaming = False
         try:
-            decision = await self._decide(parsed, slot.tenant)
-            response = await self._dispatch(parsed, kind, decision, slot, request_id)
+            decision, routing = await self._decide(parsed, slot.tenant)
+            response = await self._serve_decided(parsed, kind, routing, decision, slot, request_id)
             streaming = isinstance(response, StreamingResponse)
             return response
         except oa.APIError as err:
+            return JSONResponse(err.body, status_code=err.status, headers=err.headers)
+        except TierFailed as failed:
+            logger.error("request %s: %s", request_id, failed)
+            err = oa.APIError(503, f"{failed}; retry later", "server_error", code="tier_failed",
+                              headers={"Retry-After": str(self.policy.degradation.retry_after_s)})
             return JSONResponse(err.body, status_code=err.status, headers=err.headers)
         except Exception:  # a server fault still answers in the API's shape; cancellation passes through
             logger.exception("request %s failed", request_id)
@@ -224,13 +254,46 @@ class Ingress:
             if not streaming:  # a started stream gives the slot back when it ends
                 slot.release()
 
+    def _slot(self, tenant: str) -> Slot:
+        """A slot for the tenant (429 past its limit), counted per tenant either way."""
+        try:
+            slot = self.admission.slot(self.policy, tenant)
+        except oa.APIError:
+            self.metrics.tenant_requests.labels(tenant, "throttled").inc()
+            raise
+        self.metrics.tenant_requests.labels(tenant, "admitted").inc()
+        return slot
+
+    async def _serve_decided(
+        self, parsed: oa.OpenAIRequest, kind: type[oa.OpenAIRequest], routing: RoutingRequest, decision: Decision,
+        slot: Slot, request_id: str,
+    ) -> Response:
+        """The decided tier serves the request; a tier that is down, or that failed it twice before anything was sent,
+        hands it to the chat tier with thinking off where the policy allows (routing.failover)."""
+        if self._down(decision.tier):
+            decision = self._failover(routing, decision, "tier_down") or decision
+        try:
+            return await self._dispatch(parsed, kind, decision, slot, request_id)
+        except TierFailed:
+            fallback = self._failover(routing, decision, "tier_failed")
+            if fallback is None:
+                raise
+            return await self._dispatch(parsed, kind, fallback, slot, request_id)
+
+    def _failover(self, routing: RoutingRequest, decision: Decision, why: str) -> Decision | None:
+        chat_live = not self._down(self.policy.routing.chat_tier)
+        fallback = failover(self.policy, routing, decision, why, chat_live)
+        if fallback is not None:
+            logger.warning("request for tier %s served by the chat tier: %s", decision.tier, why)
+            self.metrics.degraded.labels("chat").inc()
+        return fallback
+
     async def _dispatch(
         self, parsed: oa.OpenAIRequest, kind: type[oa.OpenAIRequest], decision: Decision, slot: Slot, request_id: str
     ) -> Response:
         chat = kind is oa.ChatCompletionRequest
         tier_request = TierRequest(
-            # unique even when clients reuse an x-request-id: the engine keys its requests (and aborts) by this
-            request_id=f"{request_id}.{uuid.uuid4().hex[:12]}",
+            request_id=request_id,  # call_tier makes it unique per attempt: the engine keys its requests (and aborts) by it
             thinking_tokens=decision.thinking_tokens,
             answer_tokens=decision.answer_tokens,
             priority=decision.priority,
@@ -245,24 +308,15 @@ class Ingress:
             cache_salt=f"tenant:{slot.tenant}",
         )
         tracker = _Request(self.metrics, decision)
-        tier = self.tiers[decision.tier]
         model = self.policy.served_name(decision.tier)
+        deadline = Deadline.of(self.policy.server)
+        dispatched = time.monotonic()
         try:
-            if parsed.stream:
-                stream = tier.options(stream=True).generate.remote(tier_request)
-                try:
-                    first: TierChunk = await stream.__anext__()
-                except asyncio.CancelledError:  # the client left before the first token: stop the decode too
-                    stream.cancel()
-                    raise
-            else:
-                dispatched = time.monotonic()
-                first = await tier.generate_all.remote(tier_request)
-        except Exception as exc:
-            cause = _cause(exc)
-            if isinstance(cause, PromptTooLong):
-                self.metrics.requests.labels(decision.tier, "client_error").inc()
-                raise oa.APIError(400, str(cause), param="messages", code="context_length_exceeded") from None
+            first, stream = await call_tier(self.tiers[decision.tier], decision.tier, tier_request, parsed.stream, deadline)
+        except oa.APIError as err:  # the prompt is too long (400), or the tier passed its deadline (504)
+            self.metrics.requests.labels(decision.tier, "client_error" if err.status < 500 else "timeout").inc()
+            raise
+        except TierFailed:
             self.metrics.requests.labels(decision.tier, "error").inc()
             raise
         headers = decision.headers() | {HEADER_PREFIX + "replica": first.replica or ""}
@@ -271,7 +325,7 @@ class Ingress:
             make = oa.chat_completion if chat else oa.text_completion
             return JSONResponse(make(request_id, model, first), headers=headers)
         framer = oa.SSEFramer(chat, request_id, model, parsed.include_usage)
-        body = sse_body(framer, first, stream, tracker, slot)
+        body = sse_body(framer, first, stream, tracker, slot, deadline)
         opening = await body.__anext__()  # started: from here the stream's own `async with slot` gives the slot back
         return StreamingResponse(_prepend(opening, body), media_type="text/event-stream", headers=headers)
 
@@ -296,12 +350,29 @@ class Ingress:
 
     @app.get("/readyz")
     async def readyz(self) -> JSONResponse:
-        stats = await self.board.replica_stats.remote()
+        """Ready while every tier has a live replica: one whose engine reports (a dead engine's replica leaves the
+        board at once, deployments/tier.py)."""
+        try:
+            stats = await self._read_board()
+        except Exception:  # past its deadline, or restarting: readiness unknown is not ready
+            return JSONResponse({"ready": False, "error": "the load board did not answer"}, status_code=503)
         tiers = {tier: len(stats.get(tier, {})) for tier in self.policy.tiers}
         ready = all(tiers.values())
         return JSONResponse({"ready": ready, "replicas": tiers}, status_code=200 if ready else 503)
 
     @app.get("/metrics")
-    async def metrics_text(self) -> PlainTextResponse:
-        self._replica_stats = await self.board.replica_stats.remote()
+    async def metrics_text(self, request: Request) -> Response:
+        """Prometheus text; behind a key when the policy names one (server.metrics_api_key_env)."""
+        try:
+            self._check_metrics_key(request.headers.get("authorization", ""))
+        except oa.APIError as err:
+            return JSONResponse(err.body, status_code=err.status, headers=err.headers)
+        with contextlib.suppress(Exception):  # past its deadline, the engine figures of the last view
+            await self._read_board()
         return PlainTextResponse(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    def _check_metrics_key(self, authorization: str) -> None:
+        env = self.policy.server.metrics_api_key_env
+        if env is not None and not matches(bearer_key(authorization), env):
+            raise oa.APIError(401, "GET /metrics needs the metrics key (policy: server.metrics_api_key_env): send "
+                              "'Authorization: Bearer <key>'", "authentication_error", code="invalid_api_key")

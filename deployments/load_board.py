@@ -24,6 +24,10 @@ class LoadBoard:
     def report(self, tier: str, replica: str, stats: ReplicaStats) -> None:
         self._stats.setdefault(tier, {})[replica] = (time.monotonic(), stats)
 
+    def forget(self, tier: str, replica: str) -> None:
+        """A replica whose engine died: out of the view at once, not after it goes stale."""
+        self._stats.get(tier, {}).pop(replica, None)
+
     def replica_stats(self) -> dict[str, dict[str, ReplicaStats]]:
         """Latest stats by tier and replica id; a replica that stopped reporting drops out."""
         now = time.monotonic()

@@ -22,7 +22,8 @@ PREFIX = "thinktier_"
 
 class ServiceMetrics:
     def __init__(
-        self, replica_stats: Callable[[], dict[str, dict[str, ReplicaStats]]], policy_reloads: Callable[[], dict[str, int]]
+        self, replica_stats: Callable[[], dict[str, dict[str, ReplicaStats]]], policy_reloads: Callable[[], dict[str, int]],
+        tenants_in_flight: Callable[[], dict[str, int]] = dict,
     ) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
@@ -30,6 +31,10 @@ class ServiceMetrics:
         self.decisions = Counter(
             f"{PREFIX}routing_decisions", "Routing decisions by tier, effort and reason.", ["tier", "effort", "reason"],
             registry=r,
+        )
+        self.tenant_requests = Counter(
+            f"{PREFIX}tenant_requests", "Requests of each tenant (the policy's tenants and anonymous) by admission: "
+            "admitted, or throttled at the tenant's concurrency limit.", ["tenant", "outcome"], registry=r,
         )
         self.degraded = Counter(f"{PREFIX}degraded_requests", "Requests served degraded, by mode.", ["mode"], registry=r)
         self.classifier_timeouts = Counter(
@@ -58,6 +63,20 @@ class ServiceMetrics:
         )
         r.register(_EngineCollector(replica_stats))
         r.register(_ReloadCollector(policy_reloads))
+        r.register(_TenantCollector(tenants_in_flight))
+
+
+class _TenantCollector(Collector):
+    """Requests in flight per tenant (the policy's tenants: a bounded label set)."""
+
+    def __init__(self, in_flight: Callable[[], dict[str, int]]) -> None:
+        self._in_flight = in_flight
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        gauge = GaugeMetricFamily(f"{PREFIX}tenant_requests_in_flight", "Requests in flight per tenant.", labels=["tenant"])
+        for tenant, count in sorted(self._in_flight().items()):
+            gauge.add_metric([tenant], count)
+        yield gauge
 
 
 class _ReloadCollector(Collector):

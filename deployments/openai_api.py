@@ -222,9 +222,9 @@ def text_completion(request_id: str, model: str, whole: TierChunk) -> dict[str, 
 SSE_DONE = "data: [DONE]\n\n"
 
 
-def sse_error(message: str, request_id: str) -> str:
+def sse_error(message: str, request_id: str, code: str = "stream_failed") -> str:
     """An error event for a stream that already sent its 200: the OpenAI error body as one more event."""
-    body = {"error": {"message": message, "type": "server_error", "param": None, "code": "stream_failed"}, "id": request_id}
+    body = {"error": {"message": message, "type": "server_error", "param": None, "code": code}, "id": request_id}
     return f"data: {json.dumps(body)}\n\n"
 
 

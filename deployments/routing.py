@@ -119,11 +119,24 @@ def degrade(policy: Policy, request: RoutingRequest, decision: Decision, loads: 
             degraded=f"budget:{shrink}",
         )
     if decision.tier != chat and rules.fallback_to_chat and chat is not None and not saturated(chat):
-        fallback = budget_decision(policy, request, chat, decision.effort, decision.reason, None)
-        return replace(
-            fallback, difficulty=decision.difficulty, priority=decision.priority, score=decision.score, degraded="chat"
-        )
+        return to_chat(policy, request, decision, chat, "chat")
     raise Overloaded(f"tier {decision.tier!r} is saturated and no other tier can take the request", rules.retry_after_s)
+
+
+def to_chat(policy: Policy, request: RoutingRequest, decision: Decision, chat: str, degraded: str) -> Decision:
+    """`decision` served by the chat tier (thinking off), with its difficulty and priority, marked `degraded`."""
+    fallback = budget_decision(policy, request, chat, decision.effort, decision.reason, None)
+    return replace(fallback, difficulty=decision.difficulty, priority=decision.priority, score=decision.score,
+                   degraded=degraded)
+
+
+def failover(policy: Policy, request: RoutingRequest, decision: Decision, why: str, chat_live: bool) -> Decision | None:
+    """The chat tier's decision for a request whose tier failed or is down (`why`), where the policy allows it
+    (degradation.fallback_on_failure) and the chat tier is live; None otherwise."""
+    chat = policy.routing.chat_tier
+    if chat is None or decision.tier == chat or not chat_live or not policy.degradation.fallback_on_failure:
+        return None
+    return to_chat(policy, request, decision, chat, f"chat:{why}")
 
 
 def decide(

@@ -31,10 +31,25 @@ class TierReplica:
         self._reporter = asyncio.get_running_loop().create_task(self._report_forever())
 
     async def _report_forever(self) -> None:
-        while True:
+        """Stats to the board every interval (each report within one interval) while the engine lives. A dead engine's
+        last numbers are not reported again: the replica leaves the board at once, so the Ingress stops routing to it
+        and /readyz counts it out until Serve has replaced it (check_health)."""
+        while not self._engine_dead():
             with contextlib.suppress(Exception):  # the board may be restarting; the next report catches up
-                await self._board.report.remote(self.name, self._replica, self.engine.stats())
+                await asyncio.wait_for(self._board.report.remote(self.name, self._replica, self.engine.stats()),
+                                       self._interval_s)
             await asyncio.sleep(self._interval_s)
+        with contextlib.suppress(Exception):  # else the board drops it once its last report is stale
+            await asyncio.wait_for(self._board.forget.remote(self.name, self._replica), self._interval_s)
+
+    def _engine_dead(self) -> bool:
+        """vLLM's liveness: its engine core process is gone or its output loop failed."""
+        return self.engine.engine.errored
+
+    async def check_health(self) -> None:
+        """Serve calls this every health_check_period_s; raising marks the replica unhealthy and Serve replaces it."""
+        if self._engine_dead():
+            raise RuntimeError(f"tier {self.name!r}: the vLLM engine of replica {self._replica} is dead")
 
     async def generate(self, request: TierRequest) -> AsyncIterator[TierChunk]:
         first = True

@@ -147,7 +147,8 @@ def test_api_key_pasted_instead_of_an_env_var_name_is_refused_without_echoing_it
     [problem] = problems(edit("api_key_env: THINKTIER_KEY_ACME", "api_key_env: sk-live-7f3a9c"))
     assert problem == (
         "p.yaml:29:23: tenants.acme.api_key_env: must match ^[A-Za-z_][A-Za-z0-9_]*$ "
-        "(Environment variable holding the tenant's API key (never the key itself).)"
+        "(Environment variable holding the tenant's API key (never the key itself); required for every tenant but "
+        "'anonymous', which has none.)"
     )
     assert "sk-live" not in problem
 

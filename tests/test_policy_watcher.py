@@ -282,6 +282,12 @@ SERVER_EDITS = {
     "ingress_target_ongoing_requests": 32,
     "http_proxy": "serve",
     "stream_interval_ms": 0,
+    "metrics_api_key_env": "THINKTIER_METRICS_KEY",
+    "body_read_timeout_s": 5,
+    "tier_timeout_s": 60,
+    "tier_idle_timeout_s": 5,
+    "load_board_timeout_s": 1,
+    "log_encoding": "text",
 }
 
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 from deployments import openai_api as oa
 from deployments.admission import Slot
 from deployments.ingress import sse_body
 from deployments.protocol import TierChunk
+from deployments.tier_call import Deadline
 
 
 class TierStream:
@@ -18,6 +20,8 @@ class TierStream:
         self.cancelled = False
 
     async def __anext__(self) -> TierChunk:
+        if not self.chunks:  # a stuck engine: nothing more, ever
+            await asyncio.sleep(3600)
         item = self.chunks.pop(0)
         if isinstance(item, Exception):
             raise item
@@ -41,13 +45,16 @@ class Tracker:
         self.outcome = "error"
 
 
-def events(rest: list[TierChunk | Exception]) -> tuple[list[str], TierStream, Tracker, dict[str, int]]:
+def events(
+    rest: list[TierChunk | Exception], idle_s: float = 60, total_s: float = 600
+) -> tuple[list[str], TierStream, Tracker, dict[str, int]]:
     counts: dict[str, int] = {}
     stream, tracker = TierStream(rest), Tracker()
     framer = oa.SSEFramer(chat=True, request_id="chatcmpl-1", model="m", include_usage=False)
 
     async def collect() -> list[str]:
-        body = sse_body(framer, TierChunk(reasoning="Let me think"), stream, tracker, Slot(counts, "acme"))  # type: ignore[arg-type]
+        deadline = Deadline(idle_s, time.monotonic() + total_s)
+        body = sse_body(framer, TierChunk(reasoning="Let me think"), stream, tracker, Slot(counts, "acme"), deadline)  # type: ignore[arg-type]
         return [event async for event in body]
 
     return asyncio.run(collect()), stream, tracker, counts
@@ -70,3 +77,33 @@ def test_a_stream_that_finishes_ends_with_done_alone() -> None:
     sent, stream, tracker, counts = events([TierChunk(content="42", finish_reason="stop", answer_tokens=1)])
     assert sent[-1] == oa.SSE_DONE and not any("error" in e for e in sent)
     assert not stream.cancelled and tracker.outcome == "ok" and counts == {"acme": 0}
+
+
+def test_a_stuck_tier_ends_the_stream_at_its_idle_deadline_with_a_timeout_event() -> None:
+    start = time.monotonic()
+    sent, stream, tracker, counts = events([TierChunk(content="The ans")], idle_s=0.2)
+    assert time.monotonic() - start < 5
+    assert sent[-1] == oa.SSE_DONE
+    error = json.loads(sent[-2].removeprefix("data: "))["error"]
+    assert error["code"] == "timeout" and "server.tier_idle_timeout_s" in error["message"]
+    assert stream.cancelled and tracker.outcome == "error" and counts == {"acme": 0}
+
+
+def test_a_stream_ends_at_its_total_deadline_even_while_chunks_keep_coming() -> None:
+    class Endless(TierStream):
+        async def __anext__(self) -> TierChunk:
+            await asyncio.sleep(0.05)
+            return TierChunk(content="more ")
+
+    counts: dict[str, int] = {}
+    stream, tracker = Endless([]), Tracker()
+    framer = oa.SSEFramer(chat=True, request_id="chatcmpl-2", model="m", include_usage=False)
+
+    async def collect() -> list[str]:
+        deadline = Deadline(idle_s=10, end=time.monotonic() + 0.5)
+        body = sse_body(framer, TierChunk(content="go "), stream, tracker, Slot(counts, "acme"), deadline)  # type: ignore[arg-type]
+        return [event async for event in body]
+
+    sent = asyncio.run(collect())
+    assert '"code": "timeout"' in sent[-2] and sent[-1] == oa.SSE_DONE
+    assert stream.cancelled and counts == {"acme": 0}
