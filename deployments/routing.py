@@ -83,6 +83,9 @@ def budget_decision(
     klass = difficulty.label if difficulty is not None else EFFORT_CLASS[effort]
     if tier == policy.routing.chat_tier:
         klass = "easy" if difficulty is None else klass
+    # The priority follows the budget, as the effort band sets it, not the classifier's most likely class: a request
+    # given a long budget is a long request (the two can disagree near a band's edge).
+    scheduled_as = "easy" if tier == policy.routing.chat_tier else EFFORT_CLASS[effort]
     return Decision(
         tier=tier,
         effort=effort,
@@ -90,7 +93,7 @@ def budget_decision(
         thinking_tokens=thinking,
         answer_tokens=answer,
         samples=samples,
-        priority=policy.routing.priority[klass],
+        priority=policy.routing.priority[scheduled_as],
         reason=reason,
         score=difficulty.score if difficulty is not None else None,
     )

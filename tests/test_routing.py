@@ -72,3 +72,12 @@ def test_one_idle_replica_means_not_saturated() -> None:
     mixed = TierLoad((ReplicaStats(kv_occupancy=0.99), ReplicaStats(kv_occupancy=0.2)))
     decision = decide(POLICY, RoutingRequest(prompt="p", reasoning_effort="high"), None, {"reasoning": mixed})
     assert decision.degraded is None and decision.effort == "high"
+
+
+def test_the_priority_follows_the_budget_when_the_classifiers_label_disagrees_with_its_score() -> None:
+    # Mostly "easy" by its probabilities, but its score sits in the medium band: it gets the medium budget, so it is
+    # scheduled as the longer request it is.
+    leaning_easy = DifficultyScore(0.66, {"easy": 0.57, "medium": 0.04, "hard": 0.39}, "test")
+    decision = decide(POLICY, RoutingRequest(prompt="p"), leaning_easy, {})
+    assert (decision.effort, decision.difficulty) == ("medium", "easy")
+    assert decision.priority == POLICY.routing.priority["medium"] > POLICY.routing.priority["easy"]
