@@ -27,6 +27,7 @@ def _up(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
         cluster.start(timeout_s=args.timeout)
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())  # again: ray.init put in its own, which exits at once
         tiers = ", ".join(f"{cluster.policy.served_name(t)} ({t})" for t in cluster.policy.tiers)
         print(f"\nthinktier is serving on {cluster.url}  (models: thinktier = auto-routed, {tiers})")
         print(f"  try: curl {cluster.url}/v1/chat/completions -H 'Content-Type: application/json' "
@@ -41,7 +42,8 @@ def _up(args: argparse.Namespace) -> int:
         pass
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not leave Ray half stopped
-        print("shutting down Ray (a few seconds) ...", flush=True)
+        print(f"draining requests in flight (at most {cluster.policy.server.drain_timeout_s:g} s: "
+              "server.drain_timeout_s), then shutting down Ray ...", flush=True)
         cluster.stop()
     return 0
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import socket
@@ -161,16 +162,20 @@ class LocalCluster:
         raise StartupError(f"thinktier was not ready after {timeout_s:.0f} s; last state: {last}; logs: {_logs_dir()}")
 
     def stop(self) -> None:
+        """Delete the application, then stop Serve and Ray where this process started them. Deleting drains: each
+        replica stops once its requests have ended, or at the policy's server.drain_timeout_s, while Serve's proxy
+        still carries their streams (serve.shutdown alone stops the proxies at once and cuts every stream)."""
         import ray
         from ray import serve
+        from ray.serve.exceptions import RayServeException
 
         if not ray.is_initialized():
             return
+        with contextlib.suppress(RayServeException):  # Serve never started
+            serve.delete(self.app_name)
         if self._owns_ray:
             serve.shutdown()
             ray.shutdown()
-        else:
-            serve.delete(self.app_name)
 
     def __enter__(self) -> LocalCluster:
         return self.start()

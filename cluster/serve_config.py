@@ -22,6 +22,12 @@ GIB = 1 << 30
 SERVE_TIMEOUT_MARGIN_S = 120
 """Serve's request_timeout_s is server.tier_timeout_s plus this: the Ingress ends a late tier call first, with an
 OpenAI-shaped 504; Serve's timeout is the backstop for whatever else holds a request (body, classifier, queues)."""
+INGRESS_DRAIN_MARGIN_S = 5
+"""A stopping Ingress waits this much longer than server.drain_timeout_s (the tiers' drain): a tier stream cut at the
+drain deadline still reaches its client as an SSE error event and [DONE], not as a dropped connection."""
+DRAIN_POLL_S = 0.5
+"""Serve's graceful_shutdown_wait_loop_s: how often a stopping replica checks whether its requests have ended, so a
+drained replica goes within this (Serve's default is 2 s)."""
 
 
 def tier_deployment_name(tier: str) -> str:
@@ -82,8 +88,9 @@ def _ingress_scaling(server: Server) -> dict[str, Any]:
     return replica_count_options(server.ingress_replicas, target_ongoing_requests=server.ingress_target_ongoing_requests)
 
 
-def tier_options(name: str, tier: Tier, in_pools: bool) -> dict[str, Any]:
-    """Serve options of one tier's deployment. `in_pools` pins replicas to the tier's pool resource."""
+def tier_options(name: str, tier: Tier, in_pools: bool, drain_s: float) -> dict[str, Any]:
+    """Serve options of one tier's deployment. `in_pools` pins replicas to the tier's pool resource; a stopping replica
+    lets its streams run for up to `drain_s`."""
     actor: dict[str, Any] = {
         "num_cpus": tier.pool.num_cpus,
         "memory": int(tier.pool.memory_gib * GIB),
@@ -100,7 +107,8 @@ def tier_options(name: str, tier: Tier, in_pools: bool) -> dict[str, Any]:
         "name": tier_deployment_name(name),
         "ray_actor_options": actor,
         "max_ongoing_requests": tier.engine.max_num_seqs * 4,
-        "graceful_shutdown_timeout_s": 5,
+        "graceful_shutdown_timeout_s": drain_s,
+        "graceful_shutdown_wait_loop_s": DRAIN_POLL_S,
         "health_check_period_s": 5,  # check_health: a dead engine is replaced within seconds
         "health_check_timeout_s": 120,
         "request_router_config": serve_request_router_config(tier.autoscaling.metrics_interval_s, tier.router_weights),
@@ -110,17 +118,20 @@ def tier_options(name: str, tier: Tier, in_pools: bool) -> dict[str, Any]:
 
 def deployment_options(policy: Policy, in_pools: bool = False) -> dict[str, dict[str, Any]]:
     """Serve options of every deployment of the application, by deployment name."""
+    server = policy.server
     light = {"ray_actor_options": {"num_cpus": 0.05}, "graceful_shutdown_timeout_s": 2}
+    ingress_drain = {"graceful_shutdown_timeout_s": server.drain_timeout_s + INGRESS_DRAIN_MARGIN_S,
+                     "graceful_shutdown_wait_loop_s": DRAIN_POLL_S}
     options: dict[str, dict[str, Any]] = {
-        INGRESS: {"name": INGRESS, "max_ongoing_requests": 1024, **light, **_ingress_scaling(policy.server)},
+        INGRESS: {"name": INGRESS, "max_ongoing_requests": 1024, **light, **ingress_drain, **_ingress_scaling(server)},
         LOAD_BOARD: {"name": LOAD_BOARD, "max_ongoing_requests": 1024, **light},
     }
     if policy.routing.classifier.enabled:
         options[CLASSIFIER] = {"name": CLASSIFIER, "max_ongoing_requests": 256, **light}
     for name, tier in policy.tiers.items():
-        opts = tier_options(name, tier, in_pools)
+        opts = tier_options(name, tier, in_pools, server.drain_timeout_s)
         options[opts["name"]] = opts
-    logging = {"logging_config": {"encoding": policy.server.log_encoding.upper()}}
+    logging = {"logging_config": {"encoding": server.log_encoding.upper()}}
     return {name: opts | logging for name, opts in options.items()}
 
 

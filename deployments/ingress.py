@@ -20,7 +20,7 @@ from ray.serve.handle import DeploymentHandle
 from deployments import openai_api as oa
 from deployments.admission import Admission, Slot, bearer_key, matches
 from deployments.decision import HEADER_PREFIX, Decision, RoutingRequest
-from deployments.metrics import ServiceMetrics
+from deployments.metrics import IngressSnapshot, ServiceMetrics
 from deployments.protocol import TierChunk, TierRequest
 from deployments.replica_stats import ReplicaStats
 from deployments.routing import Overloaded, TierLoad, decide, failover
@@ -132,11 +132,14 @@ class Ingress:
         self.tiers = tiers
         self.classifier = classifier
         self._replica_stats: dict[str, dict[str, ReplicaStats]] = {}
+        self._replica = serve.get_replica_context().replica_id.unique_id
+        self._peer_metrics: dict[str, IngressSnapshot] = {}
         self.admission = Admission()
         self._watcher = PolicyWatcher(policy_path or DEFAULT_POLICY, self._reload, policy=policy)
         self._watcher.start()
         self.metrics = ServiceMetrics(
-            lambda: self._replica_stats, lambda: self._watcher.reloads, lambda: self.admission.in_flight(self.policy)
+            lambda: self._replica_stats, lambda: self._watcher.reloads, lambda: self.admission.in_flight(self.policy),
+            lambda: self._peer_metrics,
         )
         self._refresher = asyncio.get_running_loop().create_task(self._refresh_loads())
 
@@ -148,6 +151,8 @@ class Ingress:
         while True:
             with contextlib.suppress(Exception):  # the board may be restarting; routing uses the last view meanwhile
                 await self._read_board()
+            with contextlib.suppress(Exception):
+                await self._exchange_metrics()
             await asyncio.sleep(interval)
 
     async def _read_board(self) -> dict[str, dict[str, ReplicaStats]]:
@@ -155,6 +160,11 @@ class Ingress:
         timeout_s = self.policy.server.load_board_timeout_s
         self._replica_stats = await asyncio.wait_for(self.board.replica_stats.remote(), timeout_s)
         return self._replica_stats
+
+    async def _exchange_metrics(self) -> None:
+        """This replica's request-level metrics to the board, the other Ingress replicas' back (for /metrics)."""
+        exchange = self.board.exchange_ingress_metrics.remote(self._replica, self.metrics.snapshot())
+        self._peer_metrics = await asyncio.wait_for(exchange, self.policy.server.load_board_timeout_s)
 
     def _down(self, tier: str | None) -> bool:
         """Whether the load board has seen `tier` and now lists no live replica of it (Serve is replacing them)."""
@@ -369,6 +379,8 @@ class Ingress:
             return JSONResponse(err.body, status_code=err.status, headers=err.headers)
         with contextlib.suppress(Exception):  # past its deadline, the engine figures of the last view
             await self._read_board()
+        with contextlib.suppress(Exception):  # likewise the other Ingress replicas' counts
+            await self._exchange_metrics()
         return PlainTextResponse(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     def _check_metrics_key(self, authorization: str) -> None:

@@ -3,13 +3,20 @@
 Request-level metrics are observed by the ingress, which sees every stream from start
 to end. Engine-level figures (KV occupancy, running/waiting, stragglers, preemptions)
 are pushed by the tier replicas to the LoadBoard; the ingress reads them at scrape time.
+
+With several Ingress replicas each observes only its own requests, and a scrape reaches one
+of them. So each replica pushes a snapshot of its own request-level samples to the LoadBoard
+(`IngressSnapshot`), and /metrics serves its own live figures merged with the other replicas'
+latest snapshots: the whole service's counts, whichever replica answers.
 """
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram, Metric
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -18,15 +25,35 @@ from deployments.replica_stats import ReplicaStats
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 60, 120, 300)
 TOKEN_BUCKETS = (0, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
 PREFIX = "thinktier_"
+SampleKey = tuple[str, str, tuple[tuple[str, str], ...]]
+"""A sample of a metric family: the family's name, the sample's name (`..._total`, `..._bucket`, ...), its labels."""
+Samples = dict[SampleKey, float]
+RELOADS = f"{PREFIX}policy_reloads"
+"""Every Ingress replica watches the same policy file and counts each reload: replicas merge by max, not sum."""
+
+
+@dataclass(frozen=True)
+class IngressSnapshot:
+    """One Ingress replica's request-level samples: counters and histograms (part of the service's totals for good),
+    and gauges (requests in flight now: dropped once the replica stops reporting)."""
+
+    counters: Samples = field(default_factory=dict)
+    gauges: Samples = field(default_factory=dict)
+
+    def without_gauges(self) -> IngressSnapshot:
+        return IngressSnapshot(self.counters)
 
 
 class ServiceMetrics:
     def __init__(
         self, replica_stats: Callable[[], dict[str, dict[str, ReplicaStats]]], policy_reloads: Callable[[], dict[str, int]],
         tenants_in_flight: Callable[[], dict[str, int]] = dict,
+        peers: Callable[[], dict[str, IngressSnapshot]] = dict,
     ) -> None:
-        self.registry = CollectorRegistry()
-        r = self.registry
+        """`peers`: the other Ingress replicas' latest snapshots, merged into what `registry` serves."""
+        self.own = CollectorRegistry()
+        """This replica's request-level metrics (what `snapshot` takes)."""
+        r = self.own
         self.requests = Counter(f"{PREFIX}requests", "Requests by tier and outcome.", ["tier", "outcome"], registry=r)
         self.decisions = Counter(
             f"{PREFIX}routing_decisions", "Routing decisions by tier, effort and reason.", ["tier", "effort", "reason"],
@@ -61,9 +88,49 @@ class ServiceMetrics:
         self.budget_forced = Counter(
             f"{PREFIX}budget_forced_endings", "Requests whose thinking was closed by the budget.", ["tier"], registry=r
         )
-        r.register(_EngineCollector(replica_stats))
         r.register(_ReloadCollector(policy_reloads))
         r.register(_TenantCollector(tenants_in_flight))
+        self.registry = CollectorRegistry()
+        """What /metrics serves: every Ingress replica's request-level metrics merged, and the engines' figures."""
+        self.registry.register(_MergedCollector(self.own, peers))
+        self.registry.register(_EngineCollector(replica_stats))
+
+    def snapshot(self) -> IngressSnapshot:
+        """This replica's own request-level samples, for the LoadBoard."""
+        return snapshot(self.own)
+
+
+def snapshot(registry: CollectorRegistry) -> IngressSnapshot:
+    counters: Samples = {}
+    gauges: Samples = {}
+    for family in registry.collect():
+        into = gauges if family.type == "gauge" else counters
+        for sample in family.samples:
+            if not sample.name.endswith("_created"):  # a timestamp per replica: nothing to add up
+                into[(family.name, sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return IngressSnapshot(counters, gauges)
+
+
+class _MergedCollector(Collector):
+    """This replica's request-level metrics with the other Ingress replicas' added (policy reloads: the largest)."""
+
+    def __init__(self, own: CollectorRegistry, peers: Callable[[], dict[str, IngressSnapshot]]) -> None:
+        self._own = own
+        self._peers = peers
+
+    def collect(self) -> Iterator[Metric]:
+        merged: dict[str, dict[tuple[str, tuple[tuple[str, str], ...]], float]] = {}
+        for one in (snapshot(self._own), *self._peers().values()):
+            for (family, sample, labels), value in (one.counters | one.gauges).items():
+                samples = merged.setdefault(family, {})
+                known = samples.get((sample, labels))
+                combine = max if family == RELOADS else operator.add
+                samples[(sample, labels)] = value if known is None else combine(known, value)
+        for family in self._own.collect():
+            metric = Metric(family.name, family.documentation, family.type)
+            for (sample, labels), value in merged.get(family.name, {}).items():
+                metric.add_sample(sample, dict(labels), value)
+            yield metric
 
 
 class _TenantCollector(Collector):

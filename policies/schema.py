@@ -286,7 +286,7 @@ class Classifier(StrictModel):
         json_schema_extra=DEPLOY_TIME,
     )
     artifact: str = Field(
-        "builtin:difficulty-v1", description="Trained head artifact, or 'builtin:<version>'.", json_schema_extra=DEPLOY_TIME
+        "builtin:difficulty-v2", description="Trained head artifact, or 'builtin:<version>'.", json_schema_extra=DEPLOY_TIME
     )
     max_batch_size: int = Field(16, ge=1, description="Prompts scored together.", json_schema_extra=DEPLOY_TIME)
     batch_wait_timeout_s: float = Field(
@@ -307,7 +307,8 @@ class Routing(StrictModel):
     thresholds: Thresholds = Field(default_factory=Thresholds)
     priority: dict[DifficultyClass, int] = Field(
         default_factory=lambda: {"easy": 0, "medium": 1, "hard": 2},
-        description="vLLM priority per class: lower is scheduled first and preempted last. The default met every SLO "
+        description="vLLM priority per class, the class of the request's effort (low: easy, medium: medium, high: hard; "
+        "the chat tier: easy): lower is scheduled first and preempted last. The default met every SLO "
         "on an H200 under KV pressure but finished hard requests 21% later than FCFS on average; {easy: 0, medium: 1, "
         "hard: 1} kept them within 4% of FCFS with the same easy-request gain, at the cost of medium latency "
         "(loadtest/results/gpu-scaling).",
@@ -401,6 +402,15 @@ class Server(StrictModel):
     tier_idle_timeout_s: float = Field(
         60, gt=0, description="Longest wait for a tier's first chunk and between two chunks of a stream; a stuck "
         "engine ends the request with a 504 (or an SSE error event) instead of holding its slot."
+    )
+    drain_timeout_s: float = Field(
+        30,
+        ge=0,
+        description="When the service stops (`thinktier up` gets SIGTERM or Ctrl-C, the application is deleted, Serve "
+        "scales a replica down or replaces it), requests in flight get this long to finish; a stream still running then ends "
+        "with an SSE error event and [DONE]. Ray Serve's graceful_shutdown_timeout_s of the tier replicas; the Ingress "
+        "gets a few seconds more so that it can send that event.",
+        json_schema_extra=DEPLOY_TIME,
     )
     load_board_timeout_s: float = Field(
         2, gt=0, description="Deadline of the Ingress's calls to the load board (routing view, /readyz, /metrics)."

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.hardening_results import HardeningResults, Recorder
+
 TESTS = Path(__file__).parent
 TINY_POLICY = TESTS.parent / "policies" / "examples" / "tiny.yaml"
 TENANT_KEY_ENV = "THINKTIER_TEST_TENANT_KEY"
@@ -63,3 +65,25 @@ def serving_cluster(serve_port: int, served_policy_file: Path) -> Iterator[objec
 @pytest.fixture(scope="session")
 def serving_url(serving_cluster: object) -> str:
     return serving_cluster.url  # type: ignore[attr-defined]
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--hardening-results", metavar="FILE", default=None,
+        help="write what the hardening tests tried and measured (inputs, faults, requests lost without an explicit "
+        "error, time to recover) to FILE as JSON; loadtest/results/hardening/README.md cites the run",
+    )
+
+
+@pytest.fixture(scope="session")
+def hardening_results(request: pytest.FixtureRequest) -> Iterator[HardeningResults]:
+    results = HardeningResults()
+    yield results
+    if path := request.config.getoption("--hardening-results"):
+        results.write(Path(path))
+
+
+@pytest.fixture
+def record(request: pytest.FixtureRequest, hardening_results: HardeningResults) -> Recorder:
+    """Adds one row to the hardening results (kept only with --hardening-results), naming the calling test."""
+    return Recorder(hardening_results, request.node.nodeid)

@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 
 def eventually(check: Callable[[], bool], what: str, timeout_s: float = 20) -> None:
@@ -46,3 +47,40 @@ def in_flight(url: str, headers: dict[str, str] | None = None) -> dict[str, floa
     text = httpx.get(f"{url}/metrics", headers=headers or {}, timeout=30).text
     prefix = "thinktier_tenant_requests_in_flight{tenant="
     return {ln.split('"')[1]: float(ln.split()[-1]) for ln in text.splitlines() if ln.startswith(prefix)}
+
+
+def scraped(url: str, sample: str, headers: dict[str, str] | None = None, **labels: str) -> float:
+    """The sum of /metrics samples named `sample` (e.g. thinktier_requests_total) whose labels include `labels`."""
+    text = httpx.get(f"{url}/metrics", headers=headers or {}, timeout=30).text
+    return sum(
+        s.value for family in text_string_to_metric_families(text) for s in family.samples
+        if s.name == sample and labels.items() <= s.labels.items()
+    )
+
+
+def engines_busy(url: str) -> dict[str, float]:
+    """What the tier replicas' engines hold, summed over replicas (from /metrics): running and waiting requests, and
+    KV occupancy; all 0 when idle."""
+    names = ("thinktier_requests_running", "thinktier_requests_waiting", "thinktier_kv_cache_occupancy_ratio")
+    return {name.removeprefix("thinktier_"): scraped(url, name) for name in names}
+
+
+@contextmanager
+def synthetic_app(serve_port: int, policy_dir: Path, name: str, edits: dict[str, Any], tokens_per_s: float) -> Iterator[str]:
+    """The real Ingress and LoadBoard in front of synthetic tiers (loadtest/synthetic_tier.py: tokens at a set rate, no
+    model), deployed with the deployment options of policies/examples/tiny.yaml with `edits` into the session's Serve
+    as application `name` at /`name`, ready; its URL. Deleted afterwards (if the test has not done so)."""
+    from ray import serve
+
+    from loadtest.frontdoor_bench import frontdoor_app
+    from tests.conftest import TINY_POLICY
+
+    policy = policy_dir / f"{name}-policy.yaml"
+    policy.write_text(yaml.safe_dump(merged(yaml.safe_load(TINY_POLICY.read_text()), edits)))
+    serve.run(frontdoor_app(str(policy), tokens_per_s), name=name, route_prefix=f"/{name}", blocking=False)
+    url = f"http://127.0.0.1:{serve_port}/{name}"
+    try:
+        eventually(lambda: httpx.get(f"{url}/readyz").status_code == 200, f"application {name} never got ready", 120)
+        yield url
+    finally:
+        serve.delete(name)

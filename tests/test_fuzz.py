@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import TENANT_KEY, TENANT_KEY_ENV
+from tests.hardening_results import Recorder
 from tests.live import eventually, in_flight, policy_edit
 
 pytestmark = pytest.mark.integration
@@ -105,24 +108,30 @@ valid_completion = st.fixed_dictionaries(
     {**valid_required, "prompt": prompt | st.lists(prompt, min_size=1, max_size=1)}, optional=valid_options
 )
 CHAT, COMPLETIONS = "/v1/chat/completions", "/v1/completions"
+VALID_CHAT = "valid chat requests with odd but legal values"
+VALID_COMPLETION = "valid completion requests with odd but legal values"
+NEAR_CHAT = "near-valid chat requests with hostile values"
+NEAR_COMPLETION = "near-valid completion requests with hostile values"
+JUNK = "arbitrary JSON and raw bytes"
 case = st.one_of(
-    st.tuples(st.just(CHAT), valid_chat.map(encode), authorization, st.just(True)),
-    st.tuples(st.just(COMPLETIONS), valid_completion.map(encode), authorization, st.just(True)),
-    st.tuples(st.just(CHAT), chat_body.map(encode), authorization, st.just(False)),
-    st.tuples(st.just(CHAT), chat_body.map(encode), authorization, st.just(False)),
-    st.tuples(st.just(COMPLETIONS), completion_body.map(encode), authorization, st.just(False)),
+    st.tuples(st.just(CHAT), valid_chat.map(encode), authorization, st.just(VALID_CHAT)),
+    st.tuples(st.just(COMPLETIONS), valid_completion.map(encode), authorization, st.just(VALID_COMPLETION)),
+    st.tuples(st.just(CHAT), chat_body.map(encode), authorization, st.just(NEAR_CHAT)),
+    st.tuples(st.just(CHAT), chat_body.map(encode), authorization, st.just(NEAR_CHAT)),
+    st.tuples(st.just(COMPLETIONS), completion_body.map(encode), authorization, st.just(NEAR_COMPLETION)),
     st.tuples(st.sampled_from([CHAT, COMPLETIONS]), json_values.map(encode) | st.binary(max_size=64), authorization,
-              st.just(False)),
+              st.just(JUNK)),
 )
-Case = tuple[str, bytes, str, bool]
+Case = tuple[str, bytes, str, str]
+"""Route, body, Authorization header, and the kind of body (one of the names above)."""
 SERVED_AUTH = ("", "Bearer", f"Bearer {TENANT_KEY}", f"bearer {TENANT_KEY}")  # "Bearer" alone: no key, anonymous
 
 
-def check(route: str, body: bytes, auth: str, valid: bool, response: httpx.Response) -> None:
+def check(route: str, body: bytes, auth: str, kind: str, response: httpx.Response) -> None:
     assert response.status_code in (200, 400, 401, 404, 413, 429)
     if auth not in SERVED_AUTH:
         assert response.status_code == 401  # a wrong key or scheme is never served
-    elif valid:
+    elif kind in (VALID_CHAT, VALID_COMPLETION):
         assert response.status_code in (200, 429)  # served, or throttled at the tenant's limit
     if response.status_code != 200:
         error = response.json()["error"]
@@ -133,28 +142,58 @@ def check(route: str, body: bytes, auth: str, valid: bool, response: httpx.Respo
         assert response.json()["choices"]
 
 
-async def post_all(url: str, cases: list[Case]) -> list[str]:
-    """Every case sent, CONCURRENCY at a time; what went wrong, one line per case."""
+def explicit(response: httpx.Response) -> bool:
+    """Whether the answer is a complete one (a JSON completion, or a stream to its [DONE]) or an explicit error (an
+    OpenAI error body, an SSE error event): what the hardening results count as not lost."""
+    try:
+        if response.status_code != 200:
+            return bool(response.json()["error"]["message"])
+        if response.headers["content-type"].startswith("text/event-stream"):
+            return response.text.rstrip().endswith("data: [DONE]")
+        return bool(response.json()["choices"])
+    except (ValueError, KeyError, TypeError):
+        return False
+
+
+async def post_all(url: str, cases: list[Case]) -> tuple[list[str], list[tuple[Case, httpx.Response]]]:
+    """Every case sent, CONCURRENCY at a time; what went wrong, one line per case, and every answer."""
     limit = asyncio.Semaphore(CONCURRENCY)
     failures: list[str] = []
+    answers: list[tuple[Case, httpx.Response]] = []
     async with httpx.AsyncClient(base_url=url, timeout=120, limits=httpx.Limits(max_connections=CONCURRENCY)) as client:
 
-        async def post(route: str, body: bytes, auth: str, valid: bool) -> None:
+        async def post(route: str, body: bytes, auth: str, kind: str) -> None:
             headers = {"Content-Type": "application/json"} | ({"Authorization": auth} if auth else {})
             async with limit:
                 response = await client.post(route, content=body, headers=headers)
+            answers.append(((route, body, auth, kind), response))
             try:
-                check(route, body, auth, valid, response)
+                check(route, body, auth, kind, response)
             except (AssertionError, ValueError, KeyError) as failed:  # ValueError: a body that is not JSON
                 failures.append(f"{type(failed).__name__}: {failed or ''} {route} {auth!r} {body[:200]!r} -> "
                                 f"{response.status_code} {response.text[:200]!r}")
 
         await asyncio.gather(*(post(*c) for c in cases))
-    return failures
+    return failures, answers
+
+
+def record_answers(record: Recorder, answers: list[tuple[Case, httpx.Response]], idle_s: float) -> None:
+    """The hardening results' rows: each kind of body, the wrong Authorization headers, and the flood as a whole."""
+    def row(what: str, some: list[httpx.Response], **kwargs: Any) -> None:
+        record("input", what, len(some), Counter(str(r.status_code) for r in some),
+               sum(not explicit(r) for r in some), **kwargs)
+
+    for kind in (VALID_CHAT, VALID_COMPLETION, NEAR_CHAT, NEAR_COMPLETION, JUNK):
+        row(f"generated bodies (hypothesis): {kind}", [r for (_, _, _, k), r in answers if k == kind])
+    row("auth bypass attempts (generated): a wrong key, the key plus one character, Basic, Token with the right key",
+        [r for (_, _, auth, _), r in answers if auth not in SERVED_AUTH])
+    row(f"concurrency flood: all {len(answers)} generated requests, {CONCURRENCY} at a time, against tenant limits 4 "
+        "(acme) and 16 (anonymous)", [r for _, r in answers], recover_s=idle_s,
+        recovered_when="every tenant's in-flight count back to 0 after the last answer")
 
 
 def test_generated_bodies_get_answers_or_openai_errors_and_leave_no_slot_behind(
-    serving_url: str, served_policy_file: Path
+    serving_url: str, served_policy_file: Path, record: Recorder
 ) -> None:
     cases: list[Case] = []
 
@@ -173,9 +212,11 @@ def test_generated_bodies_get_answers_or_openai_errors_and_leave_no_slot_behind(
     with policy_edit(served_policy_file, tenants, lambda: in_flight(serving_url).keys() == {"acme", "anonymous"}):
         generate()  # first every body, then all of them at once: the service sees them concurrently
         assert len(cases) >= 2000
-        failures = asyncio.run(post_all(serving_url, cases))
+        failures, answers = asyncio.run(post_all(serving_url, cases))
+        answered = time.monotonic()
         assert not failures, f"{len(failures)} of {len(cases)} answers were wrong:\n" + "\n".join(failures[:10])
         eventually(lambda: in_flight(serving_url) == {"acme": 0, "anonymous": 0}, "a tenant slot was never given back", 10)
+        record_answers(record, answers, time.monotonic() - answered)
         counted = [ln for ln in httpx.get(f"{serving_url}/metrics").text.splitlines() if ln.startswith("thinktier_tenant_")]
         assert any(ln.startswith('thinktier_tenant_requests_total{outcome="admitted",tenant="acme"}') for ln in counted), counted
         response = httpx.post(f"{serving_url}/v1/chat/completions", headers=keyed, timeout=120, json={

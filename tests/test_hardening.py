@@ -247,3 +247,13 @@ def test_serve_config_backs_the_tier_deadline_checks_health_often_and_logs_json(
     assert all(d["health_check_period_s"] <= 5 for d in deployments if d["name"].startswith("tier-"))
     text = parse_policy(BASE.replace("version: 1", "version: 1\nserver: {log_encoding: text}"), "p.yaml")
     assert {d["logging_config"]["encoding"] for d in serve_config(text, "/p")["applications"][0]["deployments"]} == {"TEXT"}
+
+
+def test_the_drain_deadline_lets_tier_streams_run_that_long_and_the_ingress_a_little_longer() -> None:
+    from cluster.serve_config import INGRESS, INGRESS_DRAIN_MARGIN_S, serve_config
+
+    policy = parse_policy(BASE.replace("version: 1", "version: 1\nserver: {drain_timeout_s: 90}"), "p.yaml")
+    deployments = {d["name"]: d for d in serve_config(policy, "/p")["applications"][0]["deployments"]}
+    tiers = [d for name, d in deployments.items() if name.startswith("tier-")]
+    assert tiers and all(d["graceful_shutdown_timeout_s"] == 90 for d in tiers)
+    assert deployments[INGRESS]["graceful_shutdown_timeout_s"] == 90 + INGRESS_DRAIN_MARGIN_S

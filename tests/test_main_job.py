@@ -88,8 +88,19 @@ def test_thinktier_up_serves_the_default_model_through_the_openai_client(
     assert message.content, "and an answer after it"
     assert completion.usage.completion_tokens_details.reasoning_tokens > 0
     assert completion.model == "thinktier-reasoning"
-    os.killpg(proc.pid, signal.SIGINT)
-    assert proc.wait(120) == 0, "Ctrl-C stops thinktier cleanly"
+    stream = client.chat.completions.create(  # in flight when thinktier is told to stop: it drains, then stops
+        model="thinktier", reasoning_effort="low", messages=[{"role": "user", "content": GSM_PROBLEM}], seed=1, stream=True,
+    )
+    chunks = [next(iter(stream))]
+    proc.send_signal(signal.SIGTERM)
+    try:
+        chunks += list(stream)  # the openai client raises on an SSE error event
+    except openai.APIError:
+        proc.wait(120)
+        pytest.fail(f"the stream in flight was cut; thinktier up said:\n{proc.stdout.read()}")
+    assert chunks[-1].choices and chunks[-1].choices[0].finish_reason is not None, "the stream ran to its end"
+    assert proc.wait(120) == 0, "SIGTERM stops thinktier cleanly"
+    assert "draining requests in flight" in proc.stdout.read()
 
 
 def _run_to_exit(*args: str, timeout_s: float = 300) -> tuple[int, str]:

@@ -11,6 +11,7 @@ import pytest
 
 from policies.loader import load_policy
 from tests.conftest import TENANT_KEY, TENANT_KEY_ENV, TINY_POLICY
+from tests.hardening_results import Recorder
 
 pytestmark = pytest.mark.integration
 POLICY = load_policy(TINY_POLICY)
@@ -148,7 +149,7 @@ def test_metrics_count_the_request(serving_url: str) -> None:
     ],
 )
 def test_bad_requests_get_openai_errors_and_service_keeps_serving(
-    serving_url: str, body: bytes, status: int, param: str | None
+    serving_url: str, body: bytes, status: int, param: str | None, record: Recorder
 ) -> None:
     response = httpx.post(f"{serving_url}/v1/chat/completions", content=body,
                           headers={"Content-Type": "application/json"}, timeout=60)
@@ -157,6 +158,8 @@ def test_bad_requests_get_openai_errors_and_service_keeps_serving(
     assert error["message"] and error["type"] == "invalid_request_error"
     assert error["param"] == param
     assert chat(serving_url, model="tiny-chat").status_code == 200
+    record("input", "fixed list of nasty bodies (deep JSON, huge integers, lone surrogates, empty prompts and stops, "
+           "out-of-range seeds and token counts, ...), each followed by a normal request", 1, {str(status): 1})
 
 
 def test_an_empty_completion_prompt_and_an_endless_body_get_openai_errors(serving_url: str) -> None:

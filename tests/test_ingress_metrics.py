@@ -1,0 +1,81 @@
+"""/metrics counts the whole service whichever Ingress replica answers the scrape: each replica trades its own
+request-level metrics through the LoadBoard and serves them merged with the others'."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from deployments.load_board import LoadBoard
+from deployments.metrics import ServiceMetrics
+from tests.live import eventually, scraped, synthetic_app
+
+
+def _series(metrics: ServiceMetrics, sample: str) -> dict[tuple[tuple[str, str], ...], float]:
+    text = generate_latest(metrics.registry).decode()
+    return {tuple(sorted(s.labels.items())): s.value for f in text_string_to_metric_families(text) for s in f.samples
+            if s.name == sample}
+
+
+def test_each_ingress_replica_serves_the_counts_of_all_of_them() -> None:
+    board = LoadBoard.func_or_class(stale_after_s=60)
+    in_flight = {"a": {"acme": 2}, "b": {"acme": 1}}
+    reloads = {"a": {"applied": 3}, "b": {"applied": 3}}  # both replicas saw the same three edits of the policy file
+    replicas: dict[str, ServiceMetrics] = {}
+    peers: dict[str, dict] = {"a": {}, "b": {}}
+    for name in ("a", "b"):
+        replicas[name] = ServiceMetrics(dict, lambda n=name: reloads[n], lambda n=name: in_flight[n],
+                                        lambda n=name: peers[n])
+    a, b = replicas["a"], replicas["b"]
+    for _ in range(3):
+        a.requests.labels("chat", "ok").inc()
+    b.requests.labels("chat", "ok").inc()
+    b.requests.labels("reasoning", "error").inc()
+    a.e2e.labels("chat").observe(0.2)
+    b.e2e.labels("chat").observe(30)
+    for name in ("a", "b"):
+        peers[name] = board.exchange_ingress_metrics(name, replicas[name].snapshot())
+    for name in ("a", "b"):  # after one more round each replica holds the other's latest
+        peers[name] = board.exchange_ingress_metrics(name, replicas[name].snapshot())
+
+    for metrics in (a, b):
+        assert _series(metrics, "thinktier_requests_total") == {
+            (("outcome", "ok"), ("tier", "chat")): 4, (("outcome", "error"), ("tier", "reasoning")): 1}
+        assert _series(metrics, "thinktier_request_duration_seconds_count") == {(("tier", "chat"),): 2}
+        buckets = _series(metrics, "thinktier_request_duration_seconds_bucket")
+        assert buckets[(("le", "0.25"), ("tier", "chat"))] == 1 and buckets[(("le", "+Inf"), ("tier", "chat"))] == 2
+        assert _series(metrics, "thinktier_tenant_requests_in_flight") == {(("tenant", "acme"),): 3}
+        assert _series(metrics, "thinktier_policy_reloads_total") == {(("outcome", "applied"),): 3}
+
+
+def test_a_silent_ingress_replica_keeps_its_counts_but_not_its_requests_in_flight() -> None:
+    board = LoadBoard.func_or_class(stale_after_s=0)
+    gone = ServiceMetrics(dict, dict, lambda: {"acme": 5})
+    gone.requests.labels("chat", "ok").inc()
+    board.exchange_ingress_metrics("gone", gone.snapshot())
+    peers = board.exchange_ingress_metrics("live", ServiceMetrics(dict, dict).snapshot())
+    live = ServiceMetrics(dict, dict, lambda: {"acme": 0}, lambda: peers)
+    assert _series(live, "thinktier_requests_total") == {(("outcome", "ok"), ("tier", "chat")): 1}
+    assert _series(live, "thinktier_tenant_requests_in_flight") == {(("tenant", "acme"),): 0}
+
+
+@pytest.mark.integration
+def test_every_scrape_through_the_proxy_counts_the_requests_of_both_ingress_replicas(serve_port: int, tmp_path: Path) -> None:
+    requests = 24
+    edits = {"server": {"ingress_replicas": {"min": 2, "max": 2}}, "routing": {"classifier": {"enabled": False}}}
+    with synthetic_app(serve_port, tmp_path, "two-ingresses", edits, tokens_per_s=200) as url:
+        body = {"model": "tiny-chat", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+        with httpx.Client(timeout=60) as client:  # one connection per request: the proxy spreads them over both
+            statuses = {client.post(f"{url}/v1/chat/completions", json=body, headers={"Connection": "close"}).status_code
+                        for _ in range(requests)}
+        assert statuses == {200}
+
+        def counted() -> float:
+            return scraped(url, "thinktier_requests_total", tier="chat", outcome="ok")
+
+        eventually(lambda: counted() == requests, f"no scrape counted all {requests} requests", 20)
+        assert [counted() for _ in range(8)] == [requests] * 8  # whichever replica answers
