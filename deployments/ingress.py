@@ -175,12 +175,12 @@ class Ingress:
 
     # ---- the flow ------------------------------------------------------------------------------------------------
 
-    async def _body(self, request: Request) -> bytes:
+    async def _body(self, request: Request, policy: Policy) -> bytes:
         """The body within server.body_read_timeout_s (a body trickled in byte by byte gets a 408, not the Ingress)."""
-        timeout_s = self.policy.server.body_read_timeout_s
+        timeout_s = policy.server.body_read_timeout_s
         try:
             async with asyncio.timeout(timeout_s):
-                return await self._read_body(request, self.policy.server.max_body_bytes)
+                return await self._read_body(request, policy.server.max_body_bytes)
         except TimeoutError:
             raise oa.APIError(408, f"the request body did not arrive within {timeout_s:g} s (policy: "
                               "server.body_read_timeout_s)", code="request_timeout") from None
@@ -197,8 +197,8 @@ class Ingress:
                 raise oa.APIError(413, f"request body is over {limit} bytes, the limit", code="body_too_large")
         return bytes(body)
 
-    async def _decide(self, parsed: oa.OpenAIRequest, tenant: str) -> tuple[Decision, RoutingRequest]:
-        requested = self.policy.tier_for_model(parsed.model)
+    async def _decide(self, parsed: oa.OpenAIRequest, tenant: str, policy: Policy) -> tuple[Decision, RoutingRequest]:
+        requested = policy.tier_for_model(parsed.model)
         if requested is None and parsed.model not in AUTO_MODELS:
             raise oa.APIError(404, f"model {parsed.model!r} does not exist; GET /v1/models lists the models",
                               param="model", code="model_not_found")
@@ -211,14 +211,14 @@ class Ingress:
             tenant=tenant,
         )
         difficulty = None
-        classifier = self.policy.routing.classifier
+        classifier = policy.routing.classifier
         if self.classifier is not None and classifier.enabled:
             try:
                 difficulty = await asyncio.wait_for(self.classifier.score.remote(routing.prompt), classifier.timeout_s)
             except TimeoutError:  # route on the request alone rather than hold it
                 self.metrics.classifier_timeouts.inc()
         try:
-            decision = decide(self.policy, routing, difficulty, self._loads())
+            decision = decide(policy, routing, difficulty, self._loads())
         except Overloaded as shed:
             self.metrics.requests.labels("none", "shed").inc()
             raise oa.APIError(429, str(shed), "rate_limit_error", code="overloaded",
@@ -237,16 +237,17 @@ class Ingress:
         return await self._answer(request, kind, request_id)
 
     async def _answer(self, request: Request, kind: type[oa.OpenAIRequest], request_id: str) -> Response:
+        policy = self.policy  # one policy from start to end, whatever a reload does meanwhile
         try:
-            tenant = self.admission.tenant(self.policy, request.headers.get("authorization", ""))
-            parsed = oa.parse_request(await self._body(request), kind)
-            slot = self._slot(tenant)
+            tenant = self.admission.tenant(policy, request.headers.get("authorization", ""))
+            parsed = oa.parse_request(await self._body(request, policy), kind)
+            slot = self._slot(tenant, policy)
         except oa.APIError as err:
             return JSONResponse(err.body, status_code=err.status, headers=err.headers)
         streaming = False
         try:
-            decision, routing = await self._decide(parsed, slot.tenant)
-            response = await self._serve_decided(parsed, kind, routing, decision, slot, request_id)
+            decision, routing = await self._decide(parsed, slot.tenant, policy)
+            response = await self._serve_decided(parsed, kind, routing, decision, slot, request_id, policy)
             streaming = isinstance(response, StreamingResponse)
             return response
         except oa.APIError as err:
@@ -254,7 +255,7 @@ class Ingress:
         except TierFailed as failed:
             logger.error("request %s: %s", request_id, failed)
             err = oa.APIError(503, f"{failed}; retry later", "server_error", code="tier_failed",
-                              headers={"Retry-After": str(self.policy.degradation.retry_after_s)})
+                              headers={"Retry-After": str(policy.degradation.retry_after_s)})
             return JSONResponse(err.body, status_code=err.status, headers=err.headers)
         except Exception:  # a server fault still answers in the API's shape; cancellation passes through
             logger.exception("request %s failed", request_id)
@@ -264,10 +265,10 @@ class Ingress:
             if not streaming:  # a started stream gives the slot back when it ends
                 slot.release()
 
-    def _slot(self, tenant: str) -> Slot:
+    def _slot(self, tenant: str, policy: Policy) -> Slot:
         """A slot for the tenant (429 past its limit), counted per tenant either way."""
         try:
-            slot = self.admission.slot(self.policy, tenant)
+            slot = self.admission.slot(policy, tenant)
         except oa.APIError:
             self.metrics.tenant_requests.labels(tenant, "throttled").inc()
             raise
@@ -276,30 +277,31 @@ class Ingress:
 
     async def _serve_decided(
         self, parsed: oa.OpenAIRequest, kind: type[oa.OpenAIRequest], routing: RoutingRequest, decision: Decision,
-        slot: Slot, request_id: str,
+        slot: Slot, request_id: str, policy: Policy,
     ) -> Response:
         """The decided tier serves the request; a tier that is down, or that failed it twice before anything was sent,
         hands it to the chat tier with thinking off where the policy allows (routing.failover)."""
         if self._down(decision.tier):
-            decision = self._failover(routing, decision, "tier_down") or decision
+            decision = self._failover(routing, decision, "tier_down", policy) or decision
         try:
-            return await self._dispatch(parsed, kind, decision, slot, request_id)
+            return await self._dispatch(parsed, kind, decision, slot, request_id, policy)
         except TierFailed:
-            fallback = self._failover(routing, decision, "tier_failed")
+            fallback = self._failover(routing, decision, "tier_failed", policy)
             if fallback is None:
                 raise
-            return await self._dispatch(parsed, kind, fallback, slot, request_id)
+            return await self._dispatch(parsed, kind, fallback, slot, request_id, policy)
 
-    def _failover(self, routing: RoutingRequest, decision: Decision, why: str) -> Decision | None:
-        chat_live = not self._down(self.policy.routing.chat_tier)
-        fallback = failover(self.policy, routing, decision, why, chat_live)
+    def _failover(self, routing: RoutingRequest, decision: Decision, why: str, policy: Policy) -> Decision | None:
+        chat_live = not self._down(policy.routing.chat_tier)
+        fallback = failover(policy, routing, decision, why, chat_live)
         if fallback is not None:
             logger.warning("request for tier %s served by the chat tier: %s", decision.tier, why)
             self.metrics.degraded.labels("chat").inc()
         return fallback
 
     async def _dispatch(
-        self, parsed: oa.OpenAIRequest, kind: type[oa.OpenAIRequest], decision: Decision, slot: Slot, request_id: str
+        self, parsed: oa.OpenAIRequest, kind: type[oa.OpenAIRequest], decision: Decision, slot: Slot, request_id: str,
+        policy: Policy,
     ) -> Response:
         chat = kind is oa.ChatCompletionRequest
         tier_request = TierRequest(
@@ -310,7 +312,7 @@ class Ingress:
             difficulty=decision.difficulty,
             messages=parsed.message_dicts() if isinstance(parsed, oa.ChatCompletionRequest) else None,
             prompt=parsed.prompt_text() if isinstance(parsed, oa.CompletionRequest) else None,
-            max_prompt_tokens=self.policy.tiers[decision.tier].max_prompt_tokens,
+            max_prompt_tokens=policy.tiers[decision.tier].max_prompt_tokens,
             temperature=parsed.temperature,
             top_p=parsed.top_p,
             seed=parsed.seed,
@@ -318,8 +320,8 @@ class Ingress:
             cache_salt=f"tenant:{slot.tenant}",
         )
         tracker = _Request(self.metrics, decision)
-        model = self.policy.served_name(decision.tier)
-        deadline = Deadline.of(self.policy.server)
+        model = policy.served_name(decision.tier)
+        deadline = Deadline.of(policy.server)
         dispatched = time.monotonic()
         try:
             first, stream = await call_tier(self.tiers[decision.tier], decision.tier, tier_request, parsed.stream, deadline)

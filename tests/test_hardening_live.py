@@ -333,3 +333,37 @@ def test_logs_are_json_lines_that_carry_the_request_id(serving_url: str) -> None
     assert all(r["request_id"] == request_id for r in records)
     deployments = {r["deployment"].removeprefix("thinktier_") for r in records}
     assert {"Ingress", "DifficultyClassifier"} <= deployments, deployments  # the id follows the request's calls
+
+
+def test_a_request_sees_one_policy_from_start_to_end(serving_url: str, served_policy_file: Path) -> None:
+    """A reload that lands while a request's body is still arriving does not change that request: it is decided and
+    served under the policy it arrived under."""
+    import threading
+
+    body = json.dumps({"model": "tiny-chat", "messages": QUESTION, "reasoning_effort": "high"}).encode()
+    rest = threading.Event()
+    answer: dict[str, httpx.Response] = {}
+
+    def parts() -> Any:
+        yield body[:8]
+        rest.wait(60)
+        yield body[8:]
+
+    def send() -> None:
+        answer["r"] = httpx.post(f"{serving_url}/v1/chat/completions", content=parts(),
+                                 headers={"Content-Type": "application/json"}, timeout=TIMEOUT)
+
+    sender = threading.Thread(target=send, daemon=True)
+    sender.start()
+    time.sleep(3)  # the Ingress has the request and is reading its body
+    shorter = {"tiers": {"chat": {"budgets": {"high": {"thinking_tokens": 0, "answer_tokens": 40}}}}}
+
+    def applied() -> bool:
+        return _decided(serving_url, "tiny-chat").get("x-thinktier-answer-budget") == "40"
+
+    with policy_edit(served_policy_file, shorter, applied):
+        rest.set()
+        sender.join(120)
+    eventually(lambda: _short_budgets(serving_url), "the tiny policy's budgets never came back", 60)
+    assert answer["r"].status_code == 200
+    assert answer["r"].headers["x-thinktier-answer-budget"] == "48"  # the policy it arrived under, not the reload's 40

@@ -225,6 +225,16 @@ def test_worker_groups_sit_in_their_pools_with_their_resources(render: Render) -
     assert (workers["chat"]["minReplicas"], workers["chat"]["maxReplicas"]) == (2, 16)
 
 
+def test_pods_drain_as_long_as_the_policy_lets_streams_run(render: Render, tmp_path: Path) -> None:
+    edited = tmp_path / "policy.yaml"
+    edited.write_text((ROOT / "policies/default.yaml").read_text().replace("server:\n", "server:\n  drain_timeout_s: 100\n", 1))
+    generated = tmp_path / "generated.yaml"
+    generated.write_text(render_helm_values(edited))
+    spec = _one(render(generated), "RayService")["spec"]["rayClusterConfig"]
+    pods = [spec["headGroupSpec"]["template"]["spec"]] + [g["template"]["spec"] for g in spec["workerGroupSpecs"]]
+    assert [pod["terminationGracePeriodSeconds"] for pod in pods] == [115] * len(pods)  # 100 s + the Ingress's 5 + 10
+
+
 def test_head_runs_no_tier_engine(render: Render) -> None:
     head = _one(render(*PRODUCTION), "RayService")["spec"]["rayClusterConfig"]["headGroupSpec"]
     assert head["rayStartParams"]["num-gpus"] == "0"
