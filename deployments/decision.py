@@ -33,6 +33,8 @@ class RoutingRequest:
     max_answer_tokens: int | None = None
     samples: int | None = None
     tenant: str = "anonymous"
+    thinking_off: bool = False
+    """The caller asked for no thinking (reasoning_effort none/minimal, or thinking: false)."""
 
 
 @dataclass(frozen=True)

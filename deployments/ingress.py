@@ -205,14 +205,15 @@ class Ingress:
         routing = RoutingRequest(
             prompt=parsed.prompt_text(),
             model=parsed.model if requested else None,
-            reasoning_effort=parsed.reasoning_effort,
+            reasoning_effort=parsed.effort,
             max_thinking_tokens=parsed.max_thinking_tokens,
             max_answer_tokens=parsed.answer_cap,
             tenant=tenant,
+            thinking_off=parsed.thinking_off,
         )
         difficulty = None
         classifier = policy.routing.classifier
-        if self.classifier is not None and classifier.enabled:
+        if self.classifier is not None and classifier.enabled and not routing.thinking_off:
             try:
                 difficulty = await asyncio.wait_for(self.classifier.score.remote(routing.prompt), classifier.timeout_s)
             except TimeoutError:  # route on the request alone rather than hold it

@@ -12,6 +12,9 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from deployments.protocol import TierChunk
 from policies.schema import Effort
 
+NO_THINKING_EFFORTS = ("none", "minimal")
+"""reasoning_effort values that turn thinking off (OpenAI's names for a model's no-reasoning mode)."""
+
 MAX_TOKENS = 2**31 - 1
 """Upper bound of every token count a client may send (vLLM's own bound); the policy clips far below it."""
 MAX_STOPS = 4
@@ -46,7 +49,10 @@ class OpenAIRequest(BaseModel):
     n: int = Field(1, ge=1, le=1, description="One choice per request; self-consistency samples come from the policy.")
     seed: int | None = Field(None, ge=-(2**63), le=2**63 - 1, description="Sampling seed (vLLM's int64 range).")
     stop: StopText | list[StopText] | None = Field(None, description="Up to 4 non-empty stop strings.")
-    reasoning_effort: Effort | None = None
+    reasoning_effort: Effort | Literal["none", "minimal"] | None = Field(
+        None, description="low/medium/high pick the budget; none or minimal turn thinking off (the chat tier serves)."
+    )
+    thinking: bool | None = Field(None, description="thinktier: false turns thinking off, as reasoning_effort none does.")
     max_thinking_tokens: int | None = Field(
         None, ge=0, le=MAX_TOKENS, description="thinktier: cap on thinking tokens, clipped to the policy."
     )
@@ -67,6 +73,16 @@ class OpenAIRequest(BaseModel):
     def answer_cap(self) -> int | None:
         """The client's cap on answer tokens."""
         raise NotImplementedError
+
+    @property
+    def thinking_off(self) -> bool:
+        """The caller asked for no thinking (agent frameworks mark their non-thinking steps this way)."""
+        return self.thinking is False or self.reasoning_effort in NO_THINKING_EFFORTS
+
+    @property
+    def effort(self) -> Effort | None:
+        """The effort level asked for, when it names one."""
+        return None if self.reasoning_effort in NO_THINKING_EFFORTS else self.reasoning_effort  # type: ignore[return-value]
 
     @property
     def include_usage(self) -> bool:

@@ -56,6 +56,8 @@ def choose_tier(policy: Policy, request: RoutingRequest, difficulty: DifficultyS
     named = policy.tier_for_model(request.model) if request.model else None
     if named is not None:
         return named, request.reasoning_effort or routing.default_effort, "model"
+    if request.thinking_off:  # the answer budget of the default effort, no thinking (budget_decision)
+        return routing.chat_tier or routing.reasoning_tier, routing.default_effort, "request_no_thinking"
     if request.reasoning_effort is not None:
         return routing.reasoning_tier, request.reasoning_effort, "request_effort"
     if difficulty is not None:
@@ -73,7 +75,7 @@ def budget_decision(
     if tenant is not None:
         effort = _effort_at_most(effort, tenant.max_effort)
     budget = policy.tiers[tier].budgets[effort]
-    thinking = budget.thinking_tokens
+    thinking = 0 if request.thinking_off else budget.thinking_tokens
     if request.max_thinking_tokens is not None:
         thinking = min(thinking, request.max_thinking_tokens)
     answer = budget.answer_tokens

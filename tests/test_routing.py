@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from deployments.decision import DifficultyScore, RoutingRequest
@@ -81,3 +83,17 @@ def test_the_priority_follows_the_budget_when_the_classifiers_label_disagrees_wi
     decision = decide(POLICY, RoutingRequest(prompt="p"), leaning_easy, {})
     assert (decision.effort, decision.difficulty) == ("medium", "easy")
     assert decision.priority == POLICY.routing.priority["medium"] > POLICY.routing.priority["easy"]
+
+
+@pytest.mark.parametrize("effort", [None, "high"])
+def test_a_request_without_thinking_goes_to_the_chat_tier_whatever_its_score(effort: str | None) -> None:
+    request = RoutingRequest(prompt="p", reasoning_effort=effort, thinking_off=True)  # type: ignore[arg-type]
+    decision = decide(POLICY, request, score(0.95), {})
+    assert (decision.tier, decision.thinking_tokens, decision.reason) == ("chat", 0, "request_no_thinking")
+    assert decision.answer_tokens == POLICY.tiers["chat"].budgets[POLICY.routing.default_effort].answer_tokens
+
+
+def test_a_one_pool_policy_serves_a_request_without_thinking_from_its_one_tier_with_no_thinking_budget() -> None:
+    one_pool = load_policy(Path(__file__).resolve().parents[1] / "policies" / "examples" / "single-pool.yaml")
+    decision = decide(one_pool, RoutingRequest(prompt="p", thinking_off=True), None, {})
+    assert (decision.tier, decision.thinking_tokens) == (one_pool.routing.reasoning_tier, 0)

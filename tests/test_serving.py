@@ -368,3 +368,16 @@ def test_tenants_are_known_by_api_key_and_held_to_their_effort(serving_url: str,
     while ask("sk-not-a-tenant").status_code != 200:  # without tenants, any key is served
         assert time.monotonic() < deadline, "removing the tenants never applied"
         time.sleep(0.5)
+
+
+@pytest.mark.parametrize("hint", [{"reasoning_effort": "none"}, {"reasoning_effort": "minimal"}, {"thinking": False}])
+def test_a_caller_can_turn_thinking_off_and_is_served_by_the_chat_tier(serving_url: str, hint: dict[str, object]) -> None:
+    hard = [{"role": "user", "content": "Prove that there are infinitely many primes p with p = 3 mod 4."}]
+    response = chat(serving_url, messages=hard, **hint)
+    assert response.status_code == 200, response.text
+    headers = response.headers
+    assert (headers["x-thinktier-tier"], headers["x-thinktier-thinking-budget"], headers["x-thinktier-reason"]) == (
+        "chat", "0", "request_no_thinking")
+    assert response.json()["usage"]["completion_tokens_details"]["reasoning_tokens"] == 0
+    refused = chat(serving_url, reasoning_effort="extreme")
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "reasoning_effort"
