@@ -12,7 +12,7 @@ from cli.bench_frontdoor import add_frontdoor
 from cli.bench_fullstack import add_fullstack
 from loadtest import gpu_bench
 from loadtest.workload import Mix
-from policies.loader import DEFAULT_POLICY, PolicyError, load_policy, with_setting
+from policies.loader import DEFAULT_POLICY, PolicyError, load_policy_with
 
 TINY_POLICY = DEFAULT_POLICY.parent / "examples" / "tiny.yaml"
 
@@ -56,9 +56,7 @@ def _autoscaling(args: argparse.Namespace) -> int:
 def _gpu_workload(args: argparse.Namespace) -> int:
     languages = args.languages.split(",") if args.languages else None
     try:
-        policy = load_policy(args.policy)
-        for knob, value in args.set:
-            policy = with_setting(policy, knob, value)
+        policy = load_policy_with(args.policy, args.set)
     except (PolicyError, ValueError) as exc:
         print(exc, file=sys.stderr)
         return 2

@@ -11,7 +11,7 @@ from loadtest import fullstack
 from loadtest.fullstack_report import write_summary
 from loadtest.fullstack_targets import Config, Kind
 from loadtest.workload import Mix
-from policies.loader import PolicyError, dump_policy, load_policy, with_setting
+from policies.loader import PolicyError, dump_policy, load_policy, load_policy_with
 
 DEFAULT_MIX = "easy=0.5,medium=0.3,hard=0.1,chat=0.1"
 
@@ -52,9 +52,7 @@ def _with_settings(configs: list[Config], settings: list[tuple[str, str, str]], 
         if not mine:
             changed.append(config)
             continue
-        policy = load_policy(config.policy)
-        for knob, value in mine:
-            policy = with_setting(policy, knob, value)
+        policy = load_policy_with(config.policy, mine)
         out.mkdir(parents=True, exist_ok=True)
         path = out / f"{config.name}-policy.yaml"
         path.write_text(dump_policy(policy))

@@ -10,7 +10,7 @@ from pathlib import Path
 from cli.args import policy_setting
 from cli.loadtest import DEFAULT_MIX, _mix, _positive
 from loadtest.workload import Mix
-from policies.loader import PolicyError, load_policy, with_setting
+from policies.loader import PolicyError, load_policy_with
 
 
 def _pairs(text: str, flag: str) -> dict[str, str]:
@@ -57,9 +57,7 @@ def _plan(args: argparse.Namespace) -> int:
     from loadtest.sim_workload import WorkloadSpec
 
     try:
-        policy = load_policy(args.policy)
-        for knob, value in args.set:
-            policy = with_setting(policy, knob, value)
+        policy = load_policy_with(args.policy, args.set)
     except (PolicyError, ValueError) as exc:
         print(exc, file=sys.stderr)
         return 1

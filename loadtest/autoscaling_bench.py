@@ -13,11 +13,11 @@ import asyncio
 import json
 import tempfile
 from dataclasses import dataclass
-from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 from cluster.local import LocalCluster
+from loadtest import scaling_compare
 from loadtest.client import RequestOptions
 from loadtest.report import RunReport, run_report
 from loadtest.runner import RunRecord, RunSettings, Target, run_open_loop
@@ -49,8 +49,7 @@ def variant_policy(policy_path: Path, tier: str, signal: str, out_dir: Path) -> 
 
 def replica_seconds(record: RunRecord, tier: str) -> float:
     """Integral of the tier's live replica count over the run (step function between scrapes)."""
-    samples = sorted((s.t_s, s.replicas) for s in record.timeline.samples if s.tier == tier)
-    return sum((t1 - t0) * n for (t0, n), (t1, _) in pairwise(samples))
+    return scaling_compare.replica_seconds(sorted((s.t_s, s.replicas) for s in record.timeline.samples if s.tier == tier))
 
 
 def timeline(record: RunRecord, tier: str) -> list[dict[str, Any]]:

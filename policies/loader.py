@@ -17,7 +17,7 @@ import difflib
 import json
 import re
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Union, get_args, get_origin
@@ -308,6 +308,14 @@ def with_setting(policy: Policy, knob: str, value: str) -> Policy:
     except json.JSONDecodeError:
         node[last] = value
     return parse_policy(json.dumps(data), f"{knob}={value}")
+
+
+def load_policy_with(path: str | Path, settings: Iterable[tuple[str, str]]) -> Policy:
+    """The policy at `path` with each (knob, value) of `settings` applied in order (`with_setting`)."""
+    policy = load_policy(path)
+    for knob, value in settings:
+        policy = with_setting(policy, knob, value)
+    return policy
 
 
 def dump_policy(policy: Policy) -> str:
