@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from cli.args import policy_setting
+from cli.bench_economy import add_economy
 from cli.bench_frontdoor import add_frontdoor
 from cli.bench_fullstack import add_fullstack
 from loadtest import gpu_bench
@@ -215,6 +216,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     scaling.set_defaults(func=_autoscaling)
     _register_gpu(commands)
     add_frontdoor(commands)
+    add_economy(commands)
     add_fullstack(commands)
     planner = commands.add_parser(
         "planner",

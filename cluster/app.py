@@ -41,7 +41,7 @@ def build_app(args: dict[str, Any] | AppArgs) -> Application:
     board = LoadBoard.options(**options[LOAD_BOARD]).bind(STALE_AFTER_INTERVALS * _longest_interval(policy))
     tiers = {
         name: TierReplica.options(**options[tier_deployment_name(name)]).bind(
-            name, tier, board, policy.server.stream_interval_ms / 1000
+            name, tier, board, policy.server.stream_interval_ms / 1000, classifier
         )
         for name, tier in policy.tiers.items()
     }

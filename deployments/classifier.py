@@ -55,5 +55,9 @@ class DifficultyClassifier:
         # In a worker thread: torch releases the GIL, so the replica keeps queueing the next batch meanwhile.
         return await asyncio.to_thread(score_isolated, self.model, prompts)
 
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        """Sentence embeddings of `texts` (tier replicas compare self-consistency samples' free-text answers by them)."""
+        return await asyncio.to_thread(self.model.embed, texts)
+
     def model_version(self) -> str:
         return self.model.version

@@ -35,6 +35,10 @@ class RoutingRequest:
     tenant: str = "anonymous"
     thinking_off: bool = False
     """The caller asked for no thinking (reasoning_effort none/minimal, or thinking: false)."""
+    early_stop: bool = True
+    """False: every sample runs to its end and the thinking to its budget (no consensus stop, no certainty exit)."""
+    early_stop_agree: int | None = None
+    """Certainty exit needs at least this many agreeing probes (it can tighten the policy's, never loosen it)."""
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,10 @@ class Decision:
     score: float | None = None
     degraded: str | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    consensus: int = 1
+    """Agreeing samples that stop the others; `samples` when nothing stops early."""
+    certainty_agree: int | None = None
+    """Agreeing probes that end the thinking (certainty exit); None when it is off."""
 
     def headers(self) -> dict[str, str]:
         """Response headers that make the decision visible to the client."""

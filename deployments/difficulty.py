@@ -75,6 +75,10 @@ class Features(Protocol):
 
     def features(self, texts: Sequence[str]) -> torch.Tensor: ...
 
+    def embed(self, texts: Sequence[str]) -> torch.Tensor:
+        """L2-normalised sentence embeddings of `texts`, what they say (free-text answers compare by these)."""
+        ...
+
 
 class Embedder:
     """all-MiniLM-L6-v2: mean-pooled, L2-normalised sentence embeddings (what sentence-transformers computes)."""
@@ -110,6 +114,9 @@ class Embedder:
         at no cost: on one core the int8 model is compute-bound even at batch 1 (measured by `classifier bench`).
         """
         return torch.cat([self._one(text) for text in texts]) if texts else torch.zeros(0, self.dim)
+
+    def embed(self, texts: Sequence[str]) -> torch.Tensor:
+        return self.features(texts)[:, :-1]  # the pooled embedding, without the length feature
 
     def _one(self, text: str) -> torch.Tensor:
         encoded = self.tokenizer([text], truncation=True, max_length=self.max_tokens, return_tensors="pt")
@@ -160,6 +167,10 @@ class UseCharGrams:
         batch mates (the encoder pads a batch to its longest prompt)."""
         rows = [self._one(text) for text in texts]
         return torch.from_numpy(np.stack(rows)) if rows else torch.zeros(0, self.dim)
+
+    def embed(self, texts: Sequence[str]) -> torch.Tensor:
+        rows = [torch.from_numpy(np.asarray(self.encoder.encode([text])[0], dtype=np.float32)) for text in texts]
+        return torch.nn.functional.normalize(torch.stack(rows), dim=-1) if rows else torch.zeros(0, USE_DIM)
 
     def _one(self, text: str) -> np.ndarray:
         embedding = np.asarray(self.encoder.encode([text])[0], dtype=np.float32)
@@ -228,6 +239,10 @@ class DifficultyModel:
 
     def scores(self, probabilities: torch.Tensor) -> torch.Tensor:
         return probabilities @ self._anchors
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """The embedder's L2-normalised sentence embeddings (self-consistency compares free-text answers by them)."""
+        return self.embedder.embed(texts).tolist()
 
     def score_batch(self, prompts: list[str]) -> list[DifficultyScore]:
         if not prompts:

@@ -11,9 +11,12 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from deployments.certainty import CertaintyTracker, probe_answer, probe_prompt
 from deployments.models import resolve_model
-from deployments.protocol import PromptTooLong, TierChunk, TierRequest
+from deployments.prompts import normalize_messages
+from deployments.protocol import Economy, PromptTooLong, TierChunk, TierRequest
 from deployments.replica_stats import ReplicaStats
+from deployments.self_consistency import Embed, Vote
 from deployments.thinking import DecodeLimits, ReasoningSplitter, ThinkingTokens, decode_limits, open_section
 from policies.schema import DifficultyClass, Tier
 
@@ -141,9 +144,12 @@ class TierEngine:
     """vLLM AsyncLLM for one tier replica.
 
     `engine_overrides` are extra AsyncEngineArgs that no policy sets, for benchmarks (e.g.
-    load_format="dummy", or a kv_transfer_config for the offloading connector)."""
+    load_format="dummy", or a kv_transfer_config for the offloading connector). `embed` gives free-text answers of
+    self-consistency samples their embeddings (the difficulty classifier's); without it they compare as text."""
 
-    def __init__(self, name: str, tier: Tier, engine_overrides: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self, name: str, tier: Tier, engine_overrides: Mapping[str, Any] | None = None, embed: Embed | None = None
+    ) -> None:
         check_host(tier)  # before vLLM loads: a clear message instead of its own failure
         from vllm.config.reasoning import ReasoningConfig
         from vllm.engine.arg_utils import AsyncEngineArgs
@@ -160,6 +166,7 @@ class TierEngine:
         self.tokenizer = self.engine.get_tokenizer()
         self.thinking_tokens = ThinkingTokens.of(self.tokenizer, tier.think_start, tier.think_end, tier.thinking)
         self._running: dict[str, _Running] = {}
+        self._embed = embed
 
     def render_prompt(self, request: TierRequest) -> list[int]:
         """Prompt token ids: the chat template (or raw prompt), then the opened thinking section on thinking tiers.
@@ -167,7 +174,8 @@ class TierEngine:
         Chat templates of R1-style models open the section themselves (the generation prompt ends with
         "<think>\n"); it is then not opened twice."""
         if request.messages is not None:
-            text = self.tokenizer.apply_chat_template(list(request.messages), tokenize=False, add_generation_prompt=True)
+            messages = normalize_messages(request.messages) if self.tier.normalize_prompts else list(request.messages)
+            text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         else:
             text = request.prompt or ""
         ids = self.tokenizer.encode(text, add_special_tokens=False)
@@ -202,41 +210,55 @@ class TierEngine:
         )
 
     async def generate(self, request: TierRequest) -> AsyncIterator[TierChunk]:
-        """Stream thinking then answer; the last chunk carries the totals.
+        """Stream thinking then answer; the last chunk carries the totals. A request with several samples decodes
+        them together and streams the voted answer (deployments/self_consistency.py)."""
+        if request.samples > 1:
+            async for chunk in Vote(request, self._generate_one, self._embed).stream():
+                yield chunk
+            return
+        async for chunk in self._generate_one(request):
+            yield chunk
 
-        The answer is cut at its budget. A model that ends its turn inside the thinking section
-        gets the section closed for it and is asked for the answer in a second decode over the
-        same prefix, so no request ends without an answer."""
+    async def _generate_one(self, request: TierRequest) -> AsyncIterator[TierChunk]:
+        """One decode. The answer is cut at its budget. A model that ends its turn inside the thinking section, or
+        whose probes became certain of the answer (certainty exit), gets the section closed for it and is asked for
+        the answer in a second decode over the same prefix, so no request ends without an answer."""
         prompt_ids = self.render_prompt(request)
         thinking = self.tier.thinking and request.thinking_tokens > 0
         running = _Running(started=time.monotonic(), difficulty=request.difficulty)
         self._running[request.request_id] = running
         split = ReasoningSplitter(thinking, self.thinking_tokens.end_id, request.thinking_tokens, request.answer_tokens)
+        certainty = CertaintyTracker(request.certainty_exit) if thinking and request.certainty_exit else None
         open_len = len(self.thinking_tokens.open_ids)
         try:
             limits = decode_limits(request.thinking_tokens, request.answer_tokens, thinking, open_len)
-            async for chunk in self._decode(request, prompt_ids, limits, request.request_id, split, running):
+            decode = self._decode(request, prompt_ids, limits, request.request_id, split, running, certainty)
+            async for chunk in decode:
                 yield chunk
-            if split.ended_in_thinking:
+            certain = split.in_thinking and split.finish is None  # the probes ended the thinking
+            if split.ended_in_thinking or certain:
                 continuation = split.answer_after_thinking(prompt_ids, self.thinking_tokens)
                 room = self.tier.engine.max_model_len - len(continuation)
                 limits = decode_limits(0, request.answer_tokens, False, open_len, room)
                 async for chunk in self._decode(request, continuation, limits, f"{request.request_id}-answer", split, running):
                     yield chunk
-            yield split.totals(len(prompt_ids))
+            totals = split.totals(len(prompt_ids))
+            if certainty is not None:
+                totals.economy = Economy(
+                    early_stop="certainty" if certain else None, probes=certainty.probes,
+                    tokens_saved=max(0, request.thinking_tokens - split.reasoning_tokens) if certain else 0,
+                )
+            yield totals
         finally:
             self._running.pop(request.request_id, None)
 
     async def _decode(
         self, request: TierRequest, prompt_ids: list[int], limits: DecodeLimits, request_id: str,
-        split: ReasoningSplitter, running: _Running,
+        split: ReasoningSplitter, running: _Running, certainty: CertaintyTracker | None = None,
     ) -> AsyncIterator[TierChunk]:
-        """One engine request, until it ends or the answer budget is spent."""
+        """One engine request, until it ends, the answer budget is spent or (with `certainty`) the probes agree."""
         params = self._sampling_params(request, limits)
-        prompt: dict[str, Any] = {"prompt_token_ids": prompt_ids}
-        if request.cache_salt is not None:
-            prompt["cache_salt"] = request.cache_salt
-        stream = self.engine.generate(prompt, params, request_id, priority=request.priority)
+        stream = self.engine.generate(self._prompt(prompt_ids, request), params, request_id, priority=request.priority)
         ended = False
         try:
             async for output in stream:
@@ -251,9 +273,39 @@ class TierEngine:
                     yield chunk
                 if split.finish is not None:
                     return
+                if certainty is not None and split.in_thinking and certainty.due(split.reasoning_tokens):
+                    answer = await self._probe(request, prompt_ids, split.thinking_ids, certainty.probes)
+                    if certainty.record(answer, split.reasoning_tokens):
+                        return
         finally:
-            if not ended:  # cut at the answer budget, or the client went away
+            if not ended:  # cut at the answer budget, certain of the answer, or the client went away
                 await self.engine.abort(request_id)
+
+    def _prompt(self, prompt_ids: list[int], request: TierRequest) -> dict[str, Any]:
+        prompt: dict[str, Any] = {"prompt_token_ids": prompt_ids}
+        if request.cache_salt is not None:
+            prompt["cache_salt"] = request.cache_salt
+        return prompt
+
+    async def _probe(self, request: TierRequest, prompt_ids: list[int], thinking_ids: list[int], number: int) -> str | None:
+        """The model's answer now: a short greedy side request over the decode's prefix (a prefix-cache hit) and the
+        probe text."""
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        settings = request.certainty_exit
+        assert settings is not None
+        probe_ids = self.tokenizer.encode(settings.probe, add_special_tokens=False)
+        ids = probe_prompt(prompt_ids, thinking_ids, probe_ids)
+        if len(ids) + settings.probe_tokens > self.tier.engine.max_model_len:
+            return None  # no room left for a probe: the decode goes on to its budget
+        params = SamplingParams(max_tokens=settings.probe_tokens, temperature=0.0, output_kind=RequestOutputKind.FINAL_ONLY,
+                                skip_special_tokens=True)
+        text = ""
+        async for output in self.engine.generate(self._prompt(ids, request), params, f"{request.request_id}-probe{number}",
+                                                 priority=request.priority):
+            text = output.outputs[0].text
+        return probe_answer(settings.probe, text)
 
     def _decode_text(self, ids: Any) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)

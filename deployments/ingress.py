@@ -26,7 +26,7 @@ from deployments.replica_stats import ReplicaStats
 from deployments.routing import Overloaded, TierLoad, decide, failover
 from deployments.tier_call import Deadline, TierFailed, call_tier
 from policies.loader import DEFAULT_POLICY
-from policies.schema import Policy
+from policies.schema import EarlyExit, Policy
 from policies.watcher import PolicyChange, PolicyWatcher
 
 logger = logging.getLogger("ray.serve")
@@ -67,6 +67,11 @@ async def sse_body(
         finally:
             if chunk.finish_reason is None:
                 stream.cancel()
+
+
+def certainty_exit(settings: EarlyExit, agree: int | None) -> EarlyExit | None:
+    """The tier's certainty-exit settings with the decision's agreement count; None when the decision has it off."""
+    return None if agree is None else settings.model_copy(update={"agree": agree})
 
 
 async def _prepend(first: str, rest: AsyncIterator[str]) -> AsyncIterator[str]:
@@ -114,6 +119,8 @@ class _Request:
         m.answer_tokens.labels(tier).observe(last.answer_tokens)
         if last.budget_forced:
             m.budget_forced.labels(tier).inc()
+        if last.economy is not None:
+            m.economy(tier, last.economy)
 
 
 @serve.deployment
@@ -208,8 +215,11 @@ class Ingress:
             reasoning_effort=parsed.effort,
             max_thinking_tokens=parsed.max_thinking_tokens,
             max_answer_tokens=parsed.answer_cap,
+            samples=parsed.samples,
             tenant=tenant,
             thinking_off=parsed.thinking_off,
+            early_stop=parsed.early_stop,
+            early_stop_agree=parsed.early_stop_agree,
         )
         difficulty = None
         classifier = policy.routing.classifier
@@ -305,6 +315,7 @@ class Ingress:
         policy: Policy,
     ) -> Response:
         chat = kind is oa.ChatCompletionRequest
+        tier = policy.tiers[decision.tier]
         tier_request = TierRequest(
             request_id=request_id,  # call_tier makes it unique per attempt: the engine keys its requests (and aborts) by it
             thinking_tokens=decision.thinking_tokens,
@@ -313,12 +324,17 @@ class Ingress:
             difficulty=decision.difficulty,
             messages=parsed.message_dicts() if isinstance(parsed, oa.ChatCompletionRequest) else None,
             prompt=parsed.prompt_text() if isinstance(parsed, oa.CompletionRequest) else None,
-            max_prompt_tokens=policy.tiers[decision.tier].max_prompt_tokens,
+            max_prompt_tokens=tier.max_prompt_tokens,
             temperature=parsed.temperature,
             top_p=parsed.top_p,
             seed=parsed.seed,
             stop=parsed.stop_list,
             cache_salt=f"tenant:{slot.tenant}",
+            samples=decision.samples,
+            consensus=decision.consensus,
+            text_similarity=tier.voting.text_similarity,
+            certainty_exit=certainty_exit(tier.early_exit, decision.certainty_agree),
+            progress=parsed.stream,
         )
         tracker = _Request(self.metrics, decision)
         model = policy.served_name(decision.tier)
@@ -336,6 +352,7 @@ class Ingress:
         if not parsed.stream:
             tracker.finished_whole(first, dispatched)
             make = oa.chat_completion if chat else oa.text_completion
+            headers |= {HEADER_PREFIX + k: v for k, v in oa.economy_headers(first).items()}
             return JSONResponse(make(request_id, model, first), headers=headers)
         framer = oa.SSEFramer(chat, request_id, model, parsed.include_usage)
         body = sse_body(framer, first, stream, tracker, slot, deadline)

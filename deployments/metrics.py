@@ -20,6 +20,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, Metric
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from deployments.protocol import Economy
 from deployments.replica_stats import ReplicaStats
 
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 60, 120, 300)
@@ -88,12 +89,45 @@ class ServiceMetrics:
         self.budget_forced = Counter(
             f"{PREFIX}budget_forced_endings", "Requests whose thinking was closed by the budget.", ["tier"], registry=r
         )
+        self.samples_started = Counter(
+            f"{PREFIX}samples_started", "Self-consistency samples started (requests with samples > 1).", ["tier"], registry=r
+        )
+        self.samples_aborted = Counter(
+            f"{PREFIX}samples_aborted", "Self-consistency samples aborted by an early consensus.", ["tier"], registry=r
+        )
+        self.early_stops = Counter(
+            f"{PREFIX}early_stops", "Requests stopped early, by kind: consensus (enough samples agreed) or certainty "
+            "(the answer probes agreed).", ["tier", "kind"], registry=r,
+        )
+        self.tokens_saved = Counter(
+            f"{PREFIX}early_stop_saved_tokens", "Tokens not generated thanks to early stops, estimated from the budget.",
+            ["tier", "kind"], registry=r,
+        )
+        self.no_majority = Counter(
+            f"{PREFIX}votes_without_majority", "Self-consistent requests whose chosen answer had no strict majority.",
+            ["tier"], registry=r,
+        )
+        self.certainty_probes = Counter(
+            f"{PREFIX}certainty_probes", "Answer probes sent by certainty-based early exit.", ["tier"], registry=r
+        )
         r.register(_ReloadCollector(policy_reloads))
         r.register(_TenantCollector(tenants_in_flight))
         self.registry = CollectorRegistry()
         """What /metrics serves: every Ingress replica's request-level metrics merged, and the engines' figures."""
         self.registry.register(_MergedCollector(self.own, peers))
         self.registry.register(_EngineCollector(replica_stats))
+
+    def economy(self, tier: str, economy: Economy) -> None:
+        """What self-consistency and early stopping did for one finished request."""
+        if economy.votes is not None:
+            self.samples_started.labels(tier).inc(economy.samples)
+            self.samples_aborted.labels(tier).inc(economy.samples_aborted)
+            if not economy.majority:
+                self.no_majority.labels(tier).inc()
+        self.certainty_probes.labels(tier).inc(economy.probes)
+        if economy.early_stop is not None:
+            self.early_stops.labels(tier, economy.early_stop).inc()
+            self.tokens_saved.labels(tier, economy.early_stop).inc(economy.tokens_saved)
 
     def snapshot(self) -> IngressSnapshot:
         """This replica's own request-level samples, for the LoadBoard."""

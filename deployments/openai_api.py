@@ -46,7 +46,21 @@ class OpenAIRequest(BaseModel):
     )
     temperature: float = Field(0.7, ge=0, le=2)
     top_p: float = Field(1.0, gt=0, le=1)
-    n: int = Field(1, ge=1, le=1, description="One choice per request; self-consistency samples come from the policy.")
+    n: int = Field(
+        1, ge=1, le=1,
+        description="One choice per request; for self-consistency (several samples voting on one answer) send `samples`.",
+    )
+    samples: int | None = Field(
+        None, ge=1, le=16, description="thinktier: self-consistency samples that vote on the answer, clipped to the policy."
+    )
+    early_stop: bool = Field(
+        True, description="thinktier: false lets every sample run to its end and the thinking to its budget."
+    )
+    early_stop_agree: int | None = Field(
+        None, ge=2, le=16,
+        description="thinktier: certainty exit ends the thinking only after this many agreeing probes (it can tighten "
+        "the policy's count, never loosen it).",
+    )
     seed: int | None = Field(None, ge=-(2**63), le=2**63 - 1, description="Sampling seed (vLLM's int64 range).")
     stop: StopText | list[StopText] | None = Field(None, description="Up to 4 non-empty stop strings.")
     reasoning_effort: Effort | Literal["none", "minimal"] | None = Field(
@@ -202,6 +216,33 @@ def usage(chunk: TierChunk) -> dict[str, Any]:
     }
 
 
+def economy_fields(chunk: TierChunk) -> dict[str, Any]:
+    """thinktier's fields of a completion (or of a stream's last event): the samples' votes and the early stop."""
+    economy = chunk.economy
+    if economy is None:
+        return {}
+    fields: dict[str, Any] = {}
+    if economy.votes is not None:
+        fields["votes"] = economy.votes
+    if economy.early_stop is not None:
+        fields["early_stop"] = economy.early_stop
+    return fields
+
+
+def economy_headers(chunk: TierChunk) -> dict[str, str]:
+    """The same as response headers (non-streamed responses: a stream's headers leave before the vote)."""
+    economy = chunk.economy
+    if economy is None:
+        return {}
+    headers: dict[str, str] = {}
+    if economy.votes is not None:
+        headers["votes"] = json.dumps(economy.votes)  # ASCII-escaped: any answer fits a header
+        headers["samples-aborted"] = str(economy.samples_aborted)
+    if economy.early_stop is not None:
+        headers["early-stop"] = economy.early_stop
+    return headers
+
+
 def chat_completion(request_id: str, model: str, whole: TierChunk) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": whole.content}
     if whole.reasoning or whole.reasoning_tokens:
@@ -213,7 +254,7 @@ def chat_completion(request_id: str, model: str, whole: TierChunk) -> dict[str, 
         "model": model,
         "choices": [{"index": 0, "message": message, "finish_reason": whole.finish_reason, "logprobs": None}],
         "usage": usage(whole),
-    }
+    } | economy_fields(whole)
 
 
 def _text_choice(chunk: TierChunk, with_reasoning: bool) -> dict[str, Any]:
@@ -232,7 +273,7 @@ def text_completion(request_id: str, model: str, whole: TierChunk) -> dict[str, 
         "model": model,
         "choices": [choice],
         "usage": usage(whole),
-    }
+    } | economy_fields(whole)
 
 
 SSE_DONE = "data: [DONE]\n\n"
@@ -255,14 +296,15 @@ class SSEFramer:
     include_usage: bool
     created: int = field(default_factory=lambda: int(time.time()))
 
-    def _event(self, choices: list[dict[str, Any]], usage_of: TierChunk | None = None) -> str:
+    def _event(self, choices: list[dict[str, Any]], usage_of: TierChunk | None = None,
+               extra: dict[str, Any] | None = None) -> str:
         body: dict[str, Any] = {
             "id": self.request_id,
             "object": "chat.completion.chunk" if self.chat else "text_completion",
             "created": self.created,
             "model": self.model,
             "choices": choices,
-        }
+        } | (extra or {})
         if usage_of is not None:
             body["usage"] = usage(usage_of)
         return f"data: {json.dumps(body)}\n\n"
@@ -283,9 +325,10 @@ class SSEFramer:
             if chunk.content:
                 delta["content"] = chunk.content
             if delta or chunk.finish_reason:
-                out = self._event([{"index": 0, "delta": delta, "finish_reason": chunk.finish_reason, "logprobs": None}])
+                choice = {"index": 0, "delta": delta, "finish_reason": chunk.finish_reason, "logprobs": None}
+                out = self._event([choice], extra=economy_fields(chunk))
         else:
-            out = self._event([_text_choice(chunk, bool(chunk.reasoning))])
+            out = self._event([_text_choice(chunk, bool(chunk.reasoning))], extra=economy_fields(chunk))
         if chunk.finish_reason is not None and self.include_usage:
             out += self._event([], usage_of=chunk)
         return out

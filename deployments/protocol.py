@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from policies.schema import DifficultyClass
+from policies.schema import DifficultyClass, EarlyExit
 
 
 class PromptTooLong(ValueError):
@@ -37,6 +37,39 @@ class TierRequest:
     cache_salt: str | None = None
     """Prefix-cache namespace: the engine reuses cached prompt blocks only between requests with the same salt (the
     ingress gives each tenant its own, so one tenant cannot learn from cache hits what another sent)."""
+    samples: int = 1
+    """Self-consistency: decodes of the prompt that vote on the answer."""
+    consensus: int = 1
+    """Agreeing samples that end the vote early (the others are aborted); `samples` decodes every one."""
+    text_similarity: float | None = None
+    """Free-text answers agree at this embedding similarity (numbers compare by value); None: as normalised text."""
+    certainty_exit: EarlyExit | None = None
+    """Probe the answer during thinking and stop thinking once it is certain (one-sample decodes): the tier's settings,
+    with the request's agreement count."""
+    progress: bool = True
+    """Self-consistency streamed: one sample's reasoning as progress, then the voted answer. False (a non-streamed
+    request): the chosen sample's own reasoning with the answer."""
+
+
+EarlyStop = Literal["consensus", "certainty"]
+
+
+@dataclass
+class Economy:
+    """How a request spent its tokens: samples started and aborted, votes, and what an early stop saved."""
+
+    samples: int = 1
+    samples_aborted: int = 0
+    votes: dict[str, int] | None = None
+    """Answer -> samples that gave it (an equivalent form counts for the first one written), largest first."""
+    majority: bool = True
+    """The chosen answer had more than half of the samples."""
+    early_stop: EarlyStop | None = None
+    tokens_saved: int = 0
+    """Tokens not generated thanks to the early stop, estimated from the budget: each aborted sample's unspent budget,
+    or the thinking budget left when certainty ended the thinking."""
+    probes: int = 0
+    """Certainty probes sent."""
 
 
 @dataclass
@@ -56,6 +89,8 @@ class TierChunk:
     """On the last chunk: seconds from the engine taking the request to its first token (thinking or answer)."""
     first_visible_s: float | None = None
     """On the last chunk: seconds from the engine taking the request to its first answer token."""
+    economy: Economy | None = None
+    """On the last chunk: what self-consistency and early stopping did (None when neither ran)."""
 
     @classmethod
     def joined(cls, chunks: Iterable[TierChunk]) -> TierChunk:
@@ -73,6 +108,7 @@ class TierChunk:
             replica=next((c.replica for c in parts if c.replica is not None), None),
             first_token_s=last.first_token_s,
             first_visible_s=last.first_visible_s,
+            economy=last.economy,
         )
 
 

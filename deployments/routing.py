@@ -82,6 +82,10 @@ def budget_decision(
     if request.max_answer_tokens is not None:
         answer = min(answer, request.max_answer_tokens)
     samples = budget.samples if request.samples is None else min(budget.samples, request.samples)
+    consensus = budget.consensus_of(samples) if request.early_stop else samples
+    certainty_agree = None
+    if budget.early_exit and request.early_stop and thinking > 0 and samples == 1:
+        certainty_agree = max(policy.tiers[tier].early_exit.agree, request.early_stop_agree or 0)
     klass = difficulty.label if difficulty is not None else EFFORT_CLASS[effort]
     if tier == policy.routing.chat_tier:
         klass = "easy" if difficulty is None else klass
@@ -95,6 +99,8 @@ def budget_decision(
         thinking_tokens=thinking,
         answer_tokens=answer,
         samples=samples,
+        consensus=consensus,
+        certainty_agree=certainty_agree,
         priority=policy.routing.priority[scheduled_as],
         reason=reason,
         score=difficulty.score if difficulty is not None else None,
@@ -121,6 +127,8 @@ def degrade(policy: Policy, request: RoutingRequest, decision: Decision, loads: 
             thinking_tokens=smaller.thinking_tokens,
             answer_tokens=smaller.answer_tokens,
             samples=smaller.samples,
+            consensus=smaller.consensus,
+            certainty_agree=smaller.certainty_agree,
             degraded=f"budget:{shrink}",
         )
     if decision.tier != chat and rules.fallback_to_chat and chat is not None and not saturated(chat):

@@ -110,6 +110,7 @@ class ReasoningSplitter:
         else:
             self.answer_tokens += len(ids)
             chunk.content = text
+        chunk.reasoning_tokens, chunk.answer_tokens = self.reasoning_tokens, self.answer_tokens  # so far
         if self.first_token_s is None and (chunk.reasoning or chunk.content):
             self.first_token_s = elapsed_s
         if self.first_visible_s is None and chunk.content:

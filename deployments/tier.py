@@ -12,7 +12,15 @@ from ray.serve.handle import DeploymentHandle
 from deployments.coalesce import coalesce
 from deployments.engine import TierEngine
 from deployments.protocol import TierChunk, TierRequest, collect
+from deployments.self_consistency import Embed
 from policies.schema import Tier
+
+
+def _embedder(classifier: DeploymentHandle) -> Embed:
+    async def embed(texts: list[str]) -> list[list[float]]:
+        return await classifier.embed.remote(texts)
+
+    return embed
 
 
 @serve.deployment
@@ -20,9 +28,15 @@ class TierReplica:
     """One vLLM engine; streams TierChunks (coalesced, at most `stream_interval_s` apart) and pushes ReplicaStats
     to the load board every interval."""
 
-    async def __init__(self, name: str, tier: Tier, board: DeploymentHandle, stream_interval_s: float) -> None:
+    async def __init__(
+        self, name: str, tier: Tier, board: DeploymentHandle, stream_interval_s: float,
+        classifier: DeploymentHandle | None = None,
+    ) -> None:
+        """`classifier`: the difficulty classifier, whose embedder compares self-consistency samples' free-text
+        answers (without it they compare as text)."""
         self.name = name
-        self.engine = TierEngine(name, tier)
+        embed = None if classifier is None else _embedder(classifier)
+        self.engine = TierEngine(name, tier, embed=embed)
         self._stream_interval_s = stream_interval_s
         self._board = board
         self._replica = serve.get_replica_context().replica_id.unique_id
