@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from cli.args import policy_setting
-from loadtest.economy_bench import EconomySettings
+from loadtest.economy_bench import PHASES, EconomySettings
 from policies.loader import DEFAULT_POLICY, PolicyError, load_policy_with
 
 DEFAULTS = EconomySettings()
@@ -20,6 +20,13 @@ def _device() -> str:
     if torch.cuda.is_available():
         return torch.cuda.get_device_name(0)
     return f"CPU, {os.cpu_count()} cores"
+
+
+def _phases(text: str) -> str:
+    unknown = sorted(set(text.split(",")) - set(PHASES))
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown phases {unknown}; choose from {','.join(PHASES)}")
+    return text
 
 
 def _economy(args: argparse.Namespace) -> int:
@@ -36,7 +43,7 @@ def _economy(args: argparse.Namespace) -> int:
     settings = EconomySettings(
         prompts=args.prompts, samples=args.samples, consensus=args.consensus, temperature=args.temperature,
         thinking_tokens=args.thinking_tokens, answer_tokens=args.answer_tokens, interval_tokens=args.interval_tokens,
-        agree=args.agree, seed=args.seed,
+        agree=args.agree, seed=args.seed, phases=tuple(args.phases.split(",")),
     )
     overrides = {"load_format": "dummy"} if args.dummy_weights else {}
     report = run((args.tier, policy.tiers[args.tier]), settings, Path(args.out), " ".join(["thinktier", *sys.argv[1:]]),
@@ -84,6 +91,8 @@ def add_economy(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--agree", type=int, default=DEFAULTS.agree,
                    help=f"agreeing probes that end the thinking (default {DEFAULTS.agree})")
     p.add_argument("--seed", type=int, default=DEFAULTS.seed, help=f"prompt and sampling seed (default {DEFAULTS.seed})")
+    p.add_argument("--phases", default=",".join(PHASES), type=_phases,
+                   help=f"measurements to run, comma-separated (default {','.join(PHASES)}; dummy weights: prefill only)")
     p.add_argument("--dummy-weights", action="store_true",
                    help="random weights of the model's geometry (GPU runs of a model folder holding only its config)")
     p.add_argument("--out", default="loadtest/results/economy", help="output folder (default loadtest/results/economy)")

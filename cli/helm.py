@@ -1,5 +1,6 @@
-"""`thinktier helm values|schema`: the Helm values that come from a policy, and the part of the chart's values schema
-that describes them."""
+"""`thinktier helm values|alerts|defaults|schema`: the Helm values that come from a policy, its alerting rules, the
+chart's own defaults (the embedded default policy's values) and the part of the chart's values schema that describes
+them."""
 
 from __future__ import annotations
 
@@ -7,7 +8,15 @@ import argparse
 import sys
 from pathlib import Path
 
-from cluster.helm_values import VALUES_SCHEMA, HelmValuesError, render_helm_values, render_values_schema
+from cluster.helm_values import (
+    CHART_VALUES,
+    VALUES_SCHEMA,
+    HelmValuesError,
+    render_alert_rules,
+    render_chart_defaults,
+    render_helm_values,
+    render_values_schema,
+)
 from policies.loader import PolicyError
 
 
@@ -23,8 +32,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="Write the chart values derived from a policy.",
         description=(
             "Validate a policy and write the Helm values derived from it: the policy text for the ConfigMap, "
-            "the RayService serveConfigV2, and one Ray worker group per tier (node pool, GPUs, CPUs, memory, "
-            "min/max replicas). Pass the output to helm before your own values: "
+            "the RayService serveConfigV2, one Ray worker group per tier (node pool, GPUs, CPUs, memory, "
+            "min/max replicas) and the alert rules. Pass the output to helm before your own values: "
             "helm upgrade --install thinktier helm/thinktier -f generated.yaml -f my-values.yaml"
         ),
     )
@@ -36,6 +45,31 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="Do not write; exit 1 when --output differs from what the policy generates (for CI).",
     )
     values.set_defaults(func=run_values)
+    alerts = commands.add_parser(
+        "alerts",
+        help="Write the Prometheus alerting rules derived from a policy.",
+        description=(
+            "Validate a policy and write its alerting rules as a Prometheus rules file (for rule_files, and "
+            "promtool check rules): p99 TTFVT and E2E per tier against the SLOs of the classes it serves, KV cache "
+            "pinned at saturation, stragglers above the autoscaler's limit, shed requests, policy reloads that did not "
+            "apply, replicas below their minimum, engine restarts. The chart's PrometheusRule carries the same rules."
+        ),
+    )
+    alerts.add_argument("--policy", required=True, type=Path, help="Policy YAML file to derive the rules from.")
+    alerts.add_argument("--output", "-o", type=Path, help="Write to this file instead of standard output.")
+    alerts.set_defaults(func=run_alerts)
+    defaults = commands.add_parser(
+        "defaults",
+        help="Write the embedded default policy's values into the chart's values.yaml.",
+        description=(
+            "Rewrite the generated block of the chart's values.yaml (between its marker lines) with the values of the "
+            "embedded default policy, so that `helm install thinktier helm/thinktier` without a values file installs "
+            "it. The rest of the file is kept."
+        ),
+    )
+    defaults.add_argument("--values", type=Path, default=CHART_VALUES, help="The chart's values.yaml (default: this checkout's).")
+    defaults.add_argument("--check", action="store_true", help="Do not write; exit 1 when the file is out of date (for CI).")
+    defaults.set_defaults(func=run_defaults)
     schema = commands.add_parser(
         "schema",
         help="Write the part of the chart's values.schema.json that describes the generated values.",
@@ -78,13 +112,48 @@ def run_values(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_alerts(args: argparse.Namespace) -> int:
+    try:
+        text = render_alert_rules(args.policy)
+    except PolicyError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    if args.output is None:
+        sys.stdout.write(text)
+    else:
+        args.output.write_text(text)
+    return 0
+
+
+def run_defaults(args: argparse.Namespace) -> int:
+    current = args.values.read_text()
+    try:
+        text = render_chart_defaults(current)
+    except (PolicyError, HelmValuesError) as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    if args.check:
+        if current != text:
+            print(
+                f"{args.values} is out of date with the embedded default policy; run: thinktier helm defaults "
+                f"--values {args.values}",
+                file=sys.stderr,
+            )
+            return 1
+        return 0
+    args.values.write_text(text)
+    return 0
+
+
 def run_schema(args: argparse.Namespace) -> int:
     current = args.schema.read_text()
     text = render_values_schema(current)
     if args.check:
         if current != text:
-            print(f"{args.schema} is out of date with the policy schema; run: thinktier helm schema --schema {args.schema}",
-                  file=sys.stderr)
+            print(
+                f"{args.schema} is out of date with the policy schema; run: thinktier helm schema --schema {args.schema}",
+                file=sys.stderr,
+            )
             return 1
         return 0
     args.schema.write_text(text)

