@@ -12,9 +12,10 @@ prometheus-operator PrometheusRule): `thinktier helm alerts --policy FILE` write
 `thinktier helm values` puts the same groups in the chart's `alertRules`. Each alert's `runbook` annotation names
 the section of the chart README that says what to do.
 
-The latency histograms carry the tier, not the difficulty class, of a request. A tier's p99 is therefore held to
-the loosest objective among the classes it serves (the chat tier serves the easy class only; any other tier every
-class its effort levels map to), so an alert means that even the most lenient class the tier serves misses.
+The latency histograms carry the tier and the difficulty class the router decided for each request
+(deployments/metrics.py), so the latency alerts hold each class on each tier to that class's own objective. Every tier
+has a rule for every class: the chat tier also serves medium and hard requests (handed over by a saturated or failed
+reasoning tier, or sent to it by its model name), and the reasoning tier every class.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from typing import Any, Literal
 
 from cluster.serve_config import APP_NAME, INGRESS, tier_deployment_name
 from deployments.metrics import LATENCY_BUCKETS, PREFIX, RELOADS
-from deployments.routing import EFFORT_CLASS
 from policies.schema import DifficultyClass, Policy
 
 RUNBOOKS = "helm/thinktier/README.md"
@@ -90,54 +90,59 @@ class Alert:
         return rule
 
 
-def served_classes(policy: Policy, tier: str) -> list[DifficultyClass]:
-    """The difficulty classes whose requests `tier` serves, as the router schedules them."""
-    if tier == policy.routing.chat_tier:
-        return ["easy"]
-    return sorted(set(EFFORT_CLASS.values()))
-
-
 def _seconds(value: float) -> str:
     return f"{value:g} s"
 
 
-def _slo_alert(name: str, metric: str, what: str, tier: str, slo_class: str, field: str, objective: float) -> Alert:
-    """`metric`'s p99 on `tier` above `objective` seconds. Past the histogram's largest finite bucket the quantile
-    saturates at that bucket, so a longer objective is held at the bucket instead (it would never fire otherwise)."""
+@dataclass(frozen=True)
+class Latency:
+    """A latency histogram, its alert, and the field of `slos.<class>` that holds its objective."""
+
+    alert: str
+    metric: str
+    what: str
+    field: str
+
+
+LATENCIES = (
+    Latency("ThinktierTTFVTSLOBreached", TTFVT, "time to first visible token", "ttfvt_s"),
+    Latency("ThinktierE2ESLOBreached", E2E, "end-to-end latency", "e2e_s"),
+)
+
+
+def _slo_alert(latency: Latency, tier: str, difficulty: DifficultyClass, objective: float) -> Alert:
+    """`latency`'s p99 of `difficulty` requests on `tier` above `objective` seconds. Past the histogram's largest
+    finite bucket the quantile saturates at that bucket, so a longer objective is held at the bucket instead (it would
+    never fire otherwise)."""
     top = LATENCY_BUCKETS[-1]
-    rate = f'rate({metric}_bucket{{tier="{tier}"}}[{LATENCY_WINDOW}])'
-    quantile = f"histogram_quantile({SLO_QUANTILE:g}, sum by (namespace, tier, le) ({rate}))"
-    objective_text = f"the {slo_class} class's objective of {_seconds(objective)}"
+    rate = f'rate({latency.metric}_bucket{{tier="{tier}", difficulty="{difficulty}"}}[{LATENCY_WINDOW}])'
+    quantile = f"histogram_quantile({SLO_QUANTILE:g}, sum by (namespace, tier, difficulty, le) ({rate}))"
+    objective_text = f"their objective of {_seconds(objective)}"
     if objective < top:
         expr, over = f"{quantile} > {objective:g}", f"over {objective_text}"
     else:
         expr, over = f"{quantile} >= {top:g}", f"the longest the histogram resolves ({objective_text})"
     return Alert(
-        name=name,
+        name=latency.alert,
         expr=expr,
         for_=FOR["slo"],
         severity="critical",
-        labels=(("tier", tier), ("slo_class", slo_class)),
-        summary=f"p99 {what} of tier " + "{{ $labels.tier }} is {{ $value | humanizeDuration }}, " + over,
-        description=f"slos.{slo_class}.{field} is {_seconds(objective)}; the p99 over {LATENCY_WINDOW} has been above "
-        f"{'it' if objective < top else _seconds(top)} for {FOR['slo']}.",
+        labels=(("tier", tier), ("difficulty", difficulty)),
+        summary=f"p99 {latency.what} of " + "{{ $labels.difficulty }} requests on tier {{ $labels.tier }} is "
+        "{{ $value | humanizeDuration }}, " + over,
+        description=f"slos.{difficulty}.{latency.field} is {_seconds(objective)}; the p99 over {LATENCY_WINDOW} has "
+        f"been above {'it' if objective < top else _seconds(top)} for {FOR['slo']}.",
     )
 
 
 def slo_alerts(policy: Policy) -> list[Alert]:
-    """TTFVT and E2E p99 of each tier against the loosest objective of the classes it serves."""
-    alerts = []
-    for tier in policy.tiers:
-        classes = [c for c in served_classes(policy, tier) if c in policy.slos]
-        if not classes:
-            continue
-        for name, metric, what, field in (
-            ("ThinktierTTFVTSLOBreached", TTFVT, "time to first visible token", "ttfvt_s"),
-            ("ThinktierE2ESLOBreached", E2E, "end-to-end latency", "e2e_s"),
-        ):
-            objective, slo_class = max((getattr(policy.slos[c], field), c) for c in classes)
-            alerts.append(_slo_alert(name, metric, what, tier, slo_class, field, objective))
-    return alerts
+    """TTFVT and E2E p99 of each class on each tier against that class's own objectives."""
+    return [
+        _slo_alert(latency, tier, difficulty, getattr(slo, latency.field))
+        for tier in policy.tiers
+        for difficulty, slo in policy.slos.items()
+        for latency in LATENCIES
+    ]
 
 
 def capacity_alerts(policy: Policy) -> list[Alert]:

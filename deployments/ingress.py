@@ -12,7 +12,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, Histogram, generate_latest
 from ray import serve
 from ray.serve.context import _get_serve_request_context
 from ray.serve.handle import DeploymentHandle
@@ -94,19 +94,23 @@ class _Request:
         now = time.monotonic()
         if self.first_token is None and (chunk.reasoning or chunk.content):
             self.first_token = now
-            self.metrics.ttft.labels(self.decision.tier).observe(now - self.start)
+            self._latency(self.metrics.ttft, now - self.start)
         if self.first_visible is None and chunk.content:
             self.first_visible = now
-            self.metrics.ttfvt.labels(self.decision.tier).observe(now - self.start)
+            self._latency(self.metrics.ttfvt, now - self.start)
 
     def finished_whole(self, whole: TierChunk, dispatched: float) -> None:
         """A non-streamed completion: first-token times are the wait until dispatch plus the engine's own."""
-        tier, waited = self.decision.tier, dispatched - self.start
+        waited = dispatched - self.start
         if whole.first_token_s is not None:
-            self.metrics.ttft.labels(tier).observe(waited + whole.first_token_s)
+            self._latency(self.metrics.ttft, waited + whole.first_token_s)
         if whole.first_visible_s is not None:
-            self.metrics.ttfvt.labels(tier).observe(waited + whole.first_visible_s)
+            self._latency(self.metrics.ttfvt, waited + whole.first_visible_s)
         self.finished(whole)
+
+    def _latency(self, histogram: Histogram, seconds: float) -> None:
+        """Latencies go by tier and by the difficulty class the router decided: each class has its own objective."""
+        histogram.labels(self.decision.tier, self.decision.difficulty).observe(seconds)
 
     def failed(self) -> None:
         self.metrics.requests.labels(self.decision.tier, "error").inc()
@@ -114,7 +118,7 @@ class _Request:
     def finished(self, last: TierChunk) -> None:
         m, tier = self.metrics, self.decision.tier
         m.requests.labels(tier, "ok").inc()
-        m.e2e.labels(tier).observe(time.monotonic() - self.start)
+        self._latency(m.e2e, time.monotonic() - self.start)
         m.thinking_tokens.labels(tier).observe(last.reasoning_tokens)
         m.answer_tokens.labels(tier).observe(last.answer_tokens)
         if last.budget_forced:

@@ -23,7 +23,12 @@ from prometheus_client.registry import Collector
 from deployments.protocol import Economy
 from deployments.replica_stats import ReplicaStats
 
-LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 60, 120, 300)
+LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 60, 120, 300, 600, 1200)
+"""Up to 20 minutes: a reasoning request may run for `server.tier_timeout_s` (600 s by default), and a latency
+objective past the largest finite bucket cannot be resolved (cluster/alerts.py)."""
+LATENCY_LABELS = ("tier", "difficulty")
+"""The latency histograms' labels: the policy's objectives are per difficulty class (`slos`), the class the router
+decided (`Decision.difficulty`), so the alerts hold each class to its own."""
 TOKEN_BUCKETS = (0, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
 PREFIX = "thinktier_"
 SampleKey = tuple[str, str, tuple[tuple[str, str], ...]]
@@ -70,15 +75,16 @@ class ServiceMetrics:
             registry=r,
         )
         self.ttft = Histogram(
-            f"{PREFIX}time_to_first_token_seconds", "Time to the first token (thinking or answer).", ["tier"],
+            f"{PREFIX}time_to_first_token_seconds", "Time to the first token (thinking or answer).", LATENCY_LABELS,
             buckets=LATENCY_BUCKETS, registry=r,
         )
         self.ttfvt = Histogram(
-            f"{PREFIX}time_to_first_visible_token_seconds", "Time to the first answer token.", ["tier"],
+            f"{PREFIX}time_to_first_visible_token_seconds", "Time to the first answer token.", LATENCY_LABELS,
             buckets=LATENCY_BUCKETS, registry=r,
         )
         self.e2e = Histogram(
-            f"{PREFIX}request_duration_seconds", "Request start to last token.", ["tier"], buckets=LATENCY_BUCKETS, registry=r
+            f"{PREFIX}request_duration_seconds", "Request start to last token.", LATENCY_LABELS, buckets=LATENCY_BUCKETS,
+            registry=r,
         )
         self.thinking_tokens = Histogram(
             f"{PREFIX}request_thinking_tokens", "Thinking tokens per request.", ["tier"], buckets=TOKEN_BUCKETS, registry=r

@@ -13,6 +13,7 @@ import yaml
 
 from cli.main import main as thinktier_main
 from cluster.alerts import alert_rules
+from deployments.metrics import LATENCY_BUCKETS
 from policies.loader import DEFAULT_POLICY, load_policy
 from tests.live import merged
 from tests.system_tools import system_tool
@@ -49,16 +50,24 @@ def test_every_policys_rules_pass_promtool_check(policy: Path, tmp_path: Path) -
     assert "SUCCESS" in checked.stdout
 
 
+def _edited(policy: Path, edits: dict[str, Any], tmp_path: Path) -> Path:
+    """`policy` with `edits` merged in, as a file in `tmp_path`."""
+    path = tmp_path / "policy.yaml"
+    path.write_text(yaml.safe_dump(merged(yaml.safe_load(policy.read_text()), edits)))
+    return path
+
+
 @pytest.mark.parametrize(
-    ("policy", "unit_tests"),
+    ("policy", "edits", "unit_tests"),
     [
-        (DEFAULT_POLICY, FIXTURES / "default-policy.test.yaml"),
-        (ROOT / "policies/examples/production-h100.yaml", FIXTURES / "production-h100.test.yaml"),
+        (DEFAULT_POLICY, {}, FIXTURES / "default-policy.test.yaml"),
+        (ROOT / "policies/examples/production-h100.yaml", {}, FIXTURES / "production-h100.test.yaml"),
+        (DEFAULT_POLICY, {"slos": {"hard": {"e2e_s": 1800}}}, FIXTURES / "past-largest-bucket.test.yaml"),
     ],
-    ids=["default", "production-h100"],
+    ids=["default", "production-h100", "past-largest-bucket"],
 )
-def test_alerts_fire_on_synthetic_series(policy: Path, unit_tests: Path, tmp_path: Path) -> None:
-    _rules(policy, tmp_path)  # the unit tests name rules.yaml beside them
+def test_alerts_fire_on_synthetic_series(policy: Path, edits: dict[str, Any], unit_tests: Path, tmp_path: Path) -> None:
+    _rules(_edited(policy, edits, tmp_path), tmp_path)  # the unit tests name rules.yaml beside them
     shutil.copy(unit_tests, tmp_path)
     tested = _promtool("test", "rules", tmp_path / unit_tests.name)
     assert tested.returncode == 0, tested.stdout + tested.stderr
@@ -72,15 +81,14 @@ def test_the_default_policys_unit_tests_fire_every_alert() -> None:
 
 
 def _exprs(edits: dict[str, Any], tmp_path: Path) -> dict[str, dict[str, str]]:
-    """The alert expressions of the default policy with `edits`, by alert name and then by the tier or deployment
-    each rule is for."""
-    path = tmp_path / "policy.yaml"
-    path.write_text(yaml.safe_dump(merged(yaml.safe_load(DEFAULT_POLICY.read_text()), edits)))
+    """The alert expressions of the default policy with `edits`, by alert name and then by what each rule is for: its
+    tier and difficulty class ("chat/easy"), its tier, or its deployment."""
     exprs: dict[str, dict[str, str]] = {}
-    for group in alert_rules(load_policy(path)):
+    for group in alert_rules(load_policy(_edited(DEFAULT_POLICY, edits, tmp_path))):
         for rule in group["rules"]:
             labels = rule["labels"]
-            exprs.setdefault(rule["alert"], {})[labels.get("tier") or labels.get("deployment", "")] = rule["expr"]
+            key = "/".join(labels[name] for name in ("tier", "difficulty", "deployment") if name in labels)
+            exprs.setdefault(rule["alert"], {})[key] = rule["expr"]
     return exprs
 
 
@@ -93,15 +101,25 @@ def test_thresholds_come_from_the_policy(tmp_path: Path) -> None:
         },
         tmp_path,
     )
-    # The chat tier is held to the easy class, the reasoning tier to the loosest class it serves (hard).
+    # Each class is held to its own objectives on every tier (medium keeps the default policy's).
     ttfvt, e2e = exprs["ThinktierTTFVTSLOBreached"], exprs["ThinktierE2ESLOBreached"]
-    assert ttfvt["chat"].endswith("> 3.5") and ttfvt["reasoning"].endswith("> 90")
-    assert e2e["chat"].endswith("> 12") and e2e["reasoning"].endswith("> 240")
+    assert sorted(ttfvt) == sorted(e2e) == [f"{tier}/{c}" for tier in ("chat", "reasoning") for c in ("easy", "hard", "medium")]
+    for tier in ("chat", "reasoning"):
+        assert ttfvt[f"{tier}/easy"].endswith("> 3.5") and e2e[f"{tier}/easy"].endswith("> 12")
+        assert ttfvt[f"{tier}/medium"].endswith("> 20") and e2e[f"{tier}/medium"].endswith("> 60")
+        assert ttfvt[f"{tier}/hard"].endswith("> 90") and e2e[f"{tier}/hard"].endswith("> 240")
+    assert '{tier="chat", difficulty="hard"}' in e2e["chat/hard"]
     stragglers = exprs["ThinktierStragglersAboveLimit"]
     assert stragglers["reasoning"].endswith("> 5") and stragglers["chat"].endswith("> 2")
     assert exprs["ThinktierKVCachePinned"] == {"": "min by (namespace, tier) (thinktier_kv_cache_occupancy_ratio) >= 0.9"}
     floors = exprs["ThinktierReplicasBelowMinimum"]
     assert "< 2 or absent" in floors["tier-reasoning"] and "< 1 or absent" in floors["tier-chat"]
+
+
+def test_an_objective_the_histogram_cannot_resolve_is_held_at_its_largest_bucket(tmp_path: Path) -> None:
+    top = LATENCY_BUCKETS[-1]  # the quantile saturates there: "> top" would never fire
+    e2e = _exprs({"slos": {"hard": {"e2e_s": top}}}, tmp_path)["ThinktierE2ESLOBreached"]
+    assert e2e["reasoning/hard"].endswith(f">= {top:g}") and e2e["reasoning/medium"].endswith("> 60")
 
 
 def test_a_tier_that_may_scale_to_zero_has_no_replica_floor(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
+import torch
 
 from deployments.chat_prompts import CHAT_PROMPTS, chat_prompts
 from deployments.classifier_config import TrainingConfig
@@ -180,3 +181,12 @@ def test_one_prompt_that_cannot_be_scored_leaves_the_rest_of_its_batch_scored() 
     scores = score_isolated(Fussy(), ["one", "bad", "three"])
     assert [s.score if s else None for s in scores] == [0.3, None, 0.5]
     assert [s.score for s in score_isolated(Fussy(), ["ok"]) if s] == [0.2]
+
+
+def test_embeddings_group_paraphrased_answers_across_languages(model: DifficultyModel) -> None:
+    """Self-consistency compares free-text answers by these embeddings (voting.text_similarity)."""
+    vectors = torch.tensor(model.embed(["The capital is Paris.", "Paris is the capital.", "La capitale est Paris.",
+                                        "The capital is Madrid."]))
+    assert torch.allclose(vectors.norm(dim=1), torch.ones(4), atol=1e-5)
+    similarity = vectors @ vectors.T
+    assert similarity[0, 1] > similarity[0, 3] and similarity[0, 2] > similarity[0, 3]

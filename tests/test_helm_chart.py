@@ -450,8 +450,10 @@ def _exported_metric_names() -> set[str]:
         lambda: {"reasoning": {"tier-reasoning#abc": ReplicaStats(kv_occupancy=0.5, num_running=2, num_waiting=1)}},
         lambda: {"applied": 1},
     )
-    for histogram in (metrics.ttft, metrics.ttfvt, metrics.e2e, metrics.thinking_tokens, metrics.answer_tokens):
-        histogram.labels("reasoning").observe(1.0)
+    for latency in (metrics.ttft, metrics.ttfvt, metrics.e2e):
+        latency.labels("reasoning", "hard").observe(1.0)
+    for tokens in (metrics.thinking_tokens, metrics.answer_tokens):
+        tokens.labels("reasoning").observe(1.0)
     metrics.requests.labels("reasoning", "ok").inc()
     metrics.decisions.labels("reasoning", "high", "classifier").inc()
     metrics.degraded.labels("budget").inc()

@@ -35,8 +35,8 @@ def test_each_ingress_replica_serves_the_counts_of_all_of_them() -> None:
         a.requests.labels("chat", "ok").inc()
     b.requests.labels("chat", "ok").inc()
     b.requests.labels("reasoning", "error").inc()
-    a.e2e.labels("chat").observe(0.2)
-    b.e2e.labels("chat").observe(30)
+    a.e2e.labels("chat", "easy").observe(0.2)
+    b.e2e.labels("chat", "easy").observe(30)
     for name in ("a", "b"):
         peers[name] = board.exchange_ingress_metrics(name, replicas[name].snapshot())
     for name in ("a", "b"):  # after one more round each replica holds the other's latest
@@ -45,9 +45,10 @@ def test_each_ingress_replica_serves_the_counts_of_all_of_them() -> None:
     for metrics in (a, b):
         assert _series(metrics, "thinktier_requests_total") == {
             (("outcome", "ok"), ("tier", "chat")): 4, (("outcome", "error"), ("tier", "reasoning")): 1}
-        assert _series(metrics, "thinktier_request_duration_seconds_count") == {(("tier", "chat"),): 2}
+        assert _series(metrics, "thinktier_request_duration_seconds_count") == {(("difficulty", "easy"), ("tier", "chat")): 2}
         buckets = _series(metrics, "thinktier_request_duration_seconds_bucket")
-        assert buckets[(("le", "0.25"), ("tier", "chat"))] == 1 and buckets[(("le", "+Inf"), ("tier", "chat"))] == 2
+        assert buckets[(("difficulty", "easy"), ("le", "0.25"), ("tier", "chat"))] == 1
+        assert buckets[(("difficulty", "easy"), ("le", "+Inf"), ("tier", "chat"))] == 2
         assert _series(metrics, "thinktier_tenant_requests_in_flight") == {(("tenant", "acme"),): 3}
         assert _series(metrics, "thinktier_policy_reloads_total") == {(("outcome", "applied"),): 3}
 

@@ -145,10 +145,10 @@ def test_every_dashboard_query_returns_data_from_a_real_prometheus(
     assert replicas["tier-reasoning"] >= 1 and replicas["tier-chat"] >= 1 and replicas["Ingress"] >= 1
     # The replica-floor alerts read the same Ray metric by the names they use: on this healthy service none fires (a
     # wrong metric or application name would make their absent() fire).
-    floors = [
-        rule["expr"]
-        for group in alert_rules(load_policy(served_policy_file))
-        for rule in group["rules"]
-        if rule["alert"] == "ThinktierReplicasBelowMinimum"
-    ]
+    rules = [rule for group in alert_rules(load_policy(served_policy_file)) for rule in group["rules"]]
+    floors = [rule["expr"] for rule in rules if rule["alert"] == "ThinktierReplicasBelowMinimum"]
     assert len(floors) == 3 and all(_query(prometheus, expr) == [] for expr in floors)
+    # The latency alerts select the tier and difficulty class by the labels the Ingress observes them under: on each
+    # tier, some class's p99 (the alert's expression without its threshold) finds the requests just served.
+    quantiles = {(r["labels"]["tier"], r["expr"].rsplit(" >", 1)[0]) for r in rules if r["alert"].endswith("SLOBreached")}
+    assert {tier for tier, quantile in quantiles if _has_data(prometheus, quantile)} == {"reasoning", "chat"}

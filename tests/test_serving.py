@@ -12,6 +12,7 @@ import pytest
 from policies.loader import load_policy
 from tests.conftest import TENANT_KEY, TENANT_KEY_ENV, TINY_POLICY
 from tests.hardening_results import Recorder
+from tests.live import scraped
 
 pytestmark = pytest.mark.integration
 POLICY = load_policy(TINY_POLICY)
@@ -113,9 +114,17 @@ def test_metrics_count_the_request(serving_url: str) -> None:
         line = next((ln for ln in text.splitlines() if ln.startswith('thinktier_requests_total{outcome="ok",tier="chat"}')), None)
         return float(line.split()[-1]) if line else 0.0
 
-    before = served()
-    assert chat(serving_url, model="tiny-chat").status_code == 200
+    def ttfvt_counts() -> dict[str, float]:
+        """TTFVT observations on the chat tier by difficulty class."""
+        name = "thinktier_time_to_first_visible_token_seconds_count"
+        return {c: scraped(serving_url, name, tier="chat", difficulty=c) for c in ("easy", "medium", "hard")}
+
+    before, ttfvt_before = served(), ttfvt_counts()
+    response = chat(serving_url, model="tiny-chat")
+    assert response.status_code == 200
     assert served() == before + 1
+    difficulty = response.headers["x-thinktier-difficulty"]  # the router's class: the one its latencies are kept under
+    assert ttfvt_counts() == ttfvt_before | {difficulty: ttfvt_before[difficulty] + 1}
     text = httpx.get(f"{serving_url}/metrics").text
     for name in ("thinktier_time_to_first_visible_token_seconds_bucket", "thinktier_request_thinking_tokens_bucket",
                  "thinktier_kv_cache_occupancy_ratio", "thinktier_requests_running", "thinktier_stragglers"):
