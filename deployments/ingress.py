@@ -19,11 +19,12 @@ from ray.serve.handle import DeploymentHandle
 
 from deployments import openai_api as oa
 from deployments.admission import Admission, Slot, bearer_key, matches
-from deployments.decision import HEADER_PREFIX, Decision, RoutingRequest
+from deployments.decision import HEADER_PREFIX, Decision, DifficultyScore, RoutingRequest
 from deployments.metrics import IngressSnapshot, ServiceMetrics
 from deployments.protocol import TierChunk, TierRequest
 from deployments.replica_stats import ReplicaStats
 from deployments.routing import Overloaded, TierLoad, decide, failover
+from deployments.scripts_of_text import script_of
 from deployments.tier_call import Deadline, TierFailed, call_tier
 from policies.loader import DEFAULT_POLICY
 from policies.schema import EarlyExit, Policy
@@ -228,10 +229,7 @@ class Ingress:
         difficulty = None
         classifier = policy.routing.classifier
         if self.classifier is not None and classifier.enabled and not routing.thinking_off:
-            try:
-                difficulty = await asyncio.wait_for(self.classifier.score.remote(routing.prompt), classifier.timeout_s)
-            except TimeoutError:  # route on the request alone rather than hold it
-                self.metrics.classifier_timeouts.inc()
+            difficulty = await self._score(routing.prompt, classifier.timeout_s)
         try:
             decision = decide(policy, routing, difficulty, self._loads())
         except Overloaded as shed:
@@ -242,6 +240,19 @@ class Ingress:
         if decision.degraded:
             self.metrics.degraded.labels(decision.degraded.split(":")[0]).inc()
         return decision, routing
+
+    async def _score(self, prompt: str, timeout_s: float) -> DifficultyScore | None:
+        """The prompt's difficulty, or None past the classifier's timeout (the request is routed on itself alone)."""
+        started = time.monotonic()
+        try:
+            difficulty = await asyncio.wait_for(self.classifier.score.remote(prompt), timeout_s)  # type: ignore[union-attr]
+        except TimeoutError:
+            self.metrics.classifier_timeouts.inc()
+            return None
+        self.metrics.classifier_latency.observe(time.monotonic() - started)
+        if difficulty is not None:
+            self.metrics.classifier_decisions.labels(difficulty.label, script_of(prompt)).inc()
+        return difficulty
 
     async def _serve(self, request: Request, kind: type[oa.OpenAIRequest]) -> Response:
         """Who is calling first (401 before the body is read), then the body within its limit (413), then the request

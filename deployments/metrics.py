@@ -29,6 +29,7 @@ objective past the largest finite bucket cannot be resolved (cluster/alerts.py).
 LATENCY_LABELS = ("tier", "difficulty")
 """The latency histograms' labels: the policy's objectives are per difficulty class (`slos`), the class the router
 decided (`Decision.difficulty`), so the alerts hold each class to its own."""
+CLASSIFIER_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.015, 0.025, 0.05, 0.1, 0.25, 0.5, 1)
 TOKEN_BUCKETS = (0, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
 PREFIX = "thinktier_"
 SampleKey = tuple[str, str, tuple[tuple[str, str], ...]]
@@ -73,6 +74,15 @@ class ServiceMetrics:
         self.classifier_timeouts = Counter(
             f"{PREFIX}classifier_timeouts", "Requests routed without a difficulty score: the classifier passed its timeout.",
             registry=r,
+        )
+        self.classifier_latency = Histogram(
+            f"{PREFIX}classifier_latency_seconds", "Time to a prompt's difficulty score, as the ingress waits for it "
+            "(batching and the call included).", buckets=CLASSIFIER_BUCKETS, registry=r,
+        )
+        self.classifier_decisions = Counter(
+            f"{PREFIX}classifier_decisions", "Prompts scored by the difficulty classifier, by the class it gave and the "
+            "prompt's writing system (deployments/scripts_of_text.py: latin, han, japanese, arabic, ...).",
+            ["difficulty", "script"], registry=r,
         )
         self.ttft = Histogram(
             f"{PREFIX}time_to_first_token_seconds", "Time to the first token (thinking or answer).", LATENCY_LABELS,

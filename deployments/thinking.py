@@ -100,16 +100,14 @@ class ReasoningSplitter:
             self.thinking_ids += ids[:cut]
             self.budget_forced = self.reasoning_tokens >= self.thinking_budget
             chunk.reasoning = decode(ids[:cut])
-            chunk.content = decode(ids[cut + 1 :])
-            self.answer_tokens += len(ids) - cut - 1
+            chunk.content = self._answer(ids[cut + 1 :], None, decode)
             self.in_thinking = False
         elif self.in_thinking:
             self.reasoning_tokens += len(ids)
             self.thinking_ids += ids
             chunk.reasoning = text
         else:
-            self.answer_tokens += len(ids)
-            chunk.content = text
+            chunk.content = self._answer(ids, text, decode)
         chunk.reasoning_tokens, chunk.answer_tokens = self.reasoning_tokens, self.answer_tokens  # so far
         if self.first_token_s is None and (chunk.reasoning or chunk.content):
             self.first_token_s = elapsed_s
@@ -120,6 +118,15 @@ class ReasoningSplitter:
         elif finished:
             self.finish = "length" if finish_reason == "length" else "stop"
         return chunk
+
+    def _answer(self, ids: Sequence[int], text: str | None, decode: Callable[[Sequence[int]], str]) -> str:
+        """The answer text of `ids` (`text` when the engine decoded it already), cut where the answer budget ends: one
+        engine output can carry several tokens (the engine merges deltas its consumer has not taken yet)."""
+        room = max(0, self.answer_budget - self.answer_tokens)
+        if len(ids) > room:
+            ids, text = ids[:room], None
+        self.answer_tokens += len(ids)
+        return decode(ids) if text is None else text
 
     @property
     def ended_in_thinking(self) -> bool:

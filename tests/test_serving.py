@@ -390,3 +390,16 @@ def test_a_caller_can_turn_thinking_off_and_is_served_by_the_chat_tier(serving_u
     assert response.json()["usage"]["completion_tokens_details"]["reasoning_tokens"] == 0
     refused = chat(serving_url, reasoning_effort="extreme")
     assert refused.status_code == 400 and refused.json()["error"]["param"] == "reasoning_effort"
+
+
+def test_classifier_latency_and_decisions_by_class_and_script_are_counted(serving_url: str) -> None:
+    from tests.live import scraped
+
+    scored = scraped(serving_url, "thinktier_classifier_latency_seconds_count")
+    han = scraped(serving_url, "thinktier_classifier_decisions_total", script="han")
+    response = chat(serving_url, messages=[{"role": "user", "content": "你好，今天天气怎么样？"}], max_tokens=4)  # noqa: RUF001
+    assert response.status_code == 200, response.text
+    klass = response.headers["x-thinktier-difficulty"]
+    assert scraped(serving_url, "thinktier_classifier_decisions_total", script="han", difficulty=klass) >= 1
+    assert scraped(serving_url, "thinktier_classifier_decisions_total", script="han") == han + 1
+    assert scraped(serving_url, "thinktier_classifier_latency_seconds_count") == scored + 1

@@ -55,3 +55,14 @@ def test_a_model_that_stops_inside_the_section_gets_it_closed_and_answers_in_a_s
     assert not split.ended_in_thinking and split.finish is None
     answer = split.feed([8], "8", text, 0.2, finished=True, finish_reason="stop")
     assert answer.content == "8" and split.totals(3).reasoning_tokens == 2
+
+
+def test_an_output_carrying_tokens_past_the_answer_budget_is_cut_at_the_budget() -> None:
+    """The engine merges the deltas its consumer has not taken yet, so one output can run past the budget."""
+    split = ReasoningSplitter(True, TOKENS.end_id, thinking_budget=8, answer_budget=3)
+    chunk = split.feed([1, 2, 91, 10, 11, 12, 13, 14], "", text, 0.1, False, None)
+    assert (chunk.reasoning, chunk.content) == (text([1, 2]), text([10, 11, 12]))
+    assert (split.answer_tokens, split.finish) == (3, "length")
+    split = ReasoningSplitter(False, None, thinking_budget=0, answer_budget=2)
+    assert split.feed([5, 6, 7], "whole text", text, 0.1, False, None).content == text([5, 6])
+    assert split.feed([8], "x", text, 0.2, False, None).content == ""
