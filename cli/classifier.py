@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import get_args
 
 from deployments.classifier_config import FeatureRecipe, TrainingConfig
-from deployments.difficulty_artifact import BASELINE_ARTIFACT, DEFAULT_ARTIFACT, ArtifactManifest, HeldOutReport
+from deployments.difficulty_artifact import BASELINE_ARTIFACTS, DEFAULT_ARTIFACT, ArtifactManifest, HeldOutReport
 from policies.schema import Thresholds
 
 DEFAULTS = TrainingConfig()
@@ -35,7 +35,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--features",
         choices=get_args(FeatureRecipe),
         default=DEFAULTS.features,
-        help="use-chargrams: multilingual (difficulty-v2); minilm: all-MiniLM-L6-v2, English only, the recipe of "
+        help="use-chargrams: multilingual (difficulty-v2, -v3); minilm: all-MiniLM-L6-v2, English only, the recipe of "
         "difficulty-v1 (default: %(default)s).",
     )
     train.add_argument("--seed", type=int, default=DEFAULTS.seed, help="Seed of the split (default: %(default)s).")
@@ -68,6 +68,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="use-chargrams: hash buckets of the n-grams (default: %(default)s).",
     )
     train.add_argument(
+        "--ngram-weight",
+        type=float,
+        default=DEFAULTS.ngram_weight,
+        help="use-chargrams: L2 norm of the n-gram block against the unit-norm embedding (default: %(default)s).",
+    )
+    train.add_argument(
+        "--length-weight",
+        type=float,
+        default=DEFAULTS.length_weight,
+        help="use-chargrams: factor on the log-length feature (default: %(default)s).",
+    )
+    train.add_argument(
         "--cv-folds",
         type=int,
         default=DEFAULTS.cv_folds,
@@ -87,13 +99,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     bench = commands.add_parser(
         "bench",
-        help="Measure the classifier beside the baseline: held-out quality per language, and latency per prompt.",
-        description="Score the artifact's held-out rows (every language) with it and with the baseline artifact: hard-vs-rest "
+        help="Measure the classifier beside the baselines: held-out quality per language, and latency per prompt.",
+        description="Score the artifact's held-out rows (every language) with it and with the baseline artifacts: hard-vs-rest "
         "ROC AUC, chat recall and per-class recall per language; then latency per prompt at batch 1 and batched. Writes "
         "loadtest/results/classifier_bench.json and .md, with the aims met or missed.",
     )
     bench.add_argument("--artifact", default=DEFAULT_ARTIFACT, help="Artifact to measure (default: %(default)s).")
-    bench.add_argument("--baseline", default=BASELINE_ARTIFACT, help="Artifact to compare with (default: %(default)s).")
+    bench.add_argument(
+        "--baselines",
+        nargs="+",
+        default=list(BASELINE_ARTIFACTS),
+        help="Artifacts to compare with, on the same rows; the aims compare English with the first (default: %(default)s).",
+    )
     bench.add_argument("--threads", type=int, default=1, help="torch threads (default: %(default)s: one core).")
     bench.add_argument(
         "--batch-sizes", type=int, nargs="+", default=[1, 16], help="Batch sizes to measure (default: %(default)s)."
@@ -143,6 +160,8 @@ def _train(args: argparse.Namespace) -> int:
         int8=not args.fp32,
         ngram_max=args.ngram_max,
         ngram_buckets=args.ngram_buckets,
+        ngram_weight=args.ngram_weight,
+        length_weight=args.length_weight,
         weight_decay=args.weight_decay,
         cv_folds=args.cv_folds,
         out_dir=args.out_dir,
@@ -158,8 +177,8 @@ def _bench(args: argparse.Namespace) -> int:
     from loadtest.classifier_bench import aims, bench, write_results
 
     model = DifficultyModel.load(args.artifact, num_threads=args.threads)
-    baseline = DifficultyModel.load(args.baseline, num_threads=args.threads)
-    result = bench(model, baseline, args.batch_sizes, args.repeats, args.aim_ms)
+    baselines = [DifficultyModel.load(artifact, num_threads=args.threads) for artifact in args.baselines]
+    result = bench(model, baselines, args.batch_sizes, args.repeats, args.aim_ms)
     for q in result.quality:
         print(
             f"{q.model:>14} [{q.slice}] rows {q.rows}: hard-vs-rest ROC AUC {q.hard_vs_rest_roc_auc:.3f}, "

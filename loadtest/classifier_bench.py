@@ -1,10 +1,10 @@
-"""The difficulty classifier against the one it replaces, in one run: quality per language on the held-out split, and
+"""The difficulty classifier against the ones before it, in one run: quality per language on the held-out split, and
 latency per prompt on this CPU at batch 1 and batched.
 
 Rows are the held-out rows of the candidate artifact (every language's problems of every class and chat prompts). The
-baseline (difficulty-v1, English only) held out the same problems, so neither model trained on any row scored here;
-the count of rows the baseline did train on is reported (0 for the shipped pair). Both models run with the same
-threads on the same prompts in the same process.
+baselines (difficulty-v1, English only, and difficulty-v2) held out the same problems, so no model trained on any row
+scored here; the count of rows each baseline did train on is reported (0 for the shipped artifacts). All models run
+with the same threads on the same prompts in the same process.
 """
 
 from __future__ import annotations
@@ -146,34 +146,35 @@ def latency(
 @dataclass(frozen=True)
 class BenchResult:
     model: str
-    baseline: str
+    baselines: list[str]  # the aims compare English with the first
     torch_threads: int
-    rows_seen_by_baseline: int
+    rows_seen_by_baselines: dict[str, int]
     quality: list[QualityRow]
     latency: list[LatencyRow]
     aim_median_ms_per_prompt: float
 
 
 def bench(
-    model: DifficultyModel, baseline: DifficultyModel, batch_sizes: Sequence[int], repeats: int, aim_ms: float
+    model: DifficultyModel, baselines: Sequence[DifficultyModel], batch_sizes: Sequence[int], repeats: int, aim_ms: float
 ) -> BenchResult:
     rows = held_out_rows(model.manifest)
     languages = model.manifest.provenance.languages
     return BenchResult(
         model=model.version,
-        baseline=baseline.version,
+        baselines=[b.version for b in baselines],
         torch_threads=torch.get_num_threads(),
-        rows_seen_by_baseline=rows_seen_by(baseline.manifest, rows),
-        quality=quality(baseline, rows, languages) + quality(model, rows, languages),
-        latency=latency([baseline, model], [r.text for r in rows], batch_sizes, repeats),
+        rows_seen_by_baselines={b.version: rows_seen_by(b.manifest, rows) for b in baselines},
+        quality=[q for m in [*baselines, model] for q in quality(m, rows, languages)],
+        latency=latency([*baselines, model], [r.text for r in rows], batch_sizes, repeats),
         aim_median_ms_per_prompt=aim_ms,
     )
 
 
 def aims(result: BenchResult) -> list[tuple[str, bool]]:
     """The issue's aims, each with whether the candidate meets it in this run."""
+    reference = result.baselines[0]
     mine = {q.slice: q for q in result.quality if q.model == result.model}
-    base = {q.slice: q for q in result.quality if q.model == result.baseline}
+    base = {q.slice: q for q in result.quality if q.model == reference}
     single = next(r for r in result.latency if r.name == result.model and r.batch_size == 1)
     worst = min((q for s, q in mine.items() if s != "all"), key=lambda q: q.chat_recall)
     return [
@@ -181,13 +182,19 @@ def aims(result: BenchResult) -> list[tuple[str, bool]]:
          mine["all"].hard_vs_rest_roc_auc >= AIM_AUC),
         (f"chat recall >= {AIM_CHAT_RECALL} in every language: lowest {worst.chat_recall:.3f} ({worst.slice})",
          worst.chat_recall >= AIM_CHAT_RECALL),
-        (f"English AUC no worse than {result.baseline}: {mine['en'].hard_vs_rest_roc_auc:.3f} vs "
+        (f"English AUC no worse than {reference}: {mine['en'].hard_vs_rest_roc_auc:.3f} vs "
          f"{base['en'].hard_vs_rest_roc_auc:.3f}", mine["en"].hard_vs_rest_roc_auc >= base["en"].hard_vs_rest_roc_auc),
-        (f"English chat recall no worse than {result.baseline}: {mine['en'].chat_recall:.3f} vs {base['en'].chat_recall:.3f}",
+        (f"English chat recall no worse than {reference}: {mine['en'].chat_recall:.3f} vs {base['en'].chat_recall:.3f}",
          mine["en"].chat_recall >= base["en"].chat_recall),
         (f"median latency at batch 1 < {result.aim_median_ms_per_prompt} ms: {single.median_ms_per_prompt:.2f} ms",
          single.median_ms_per_prompt < result.aim_median_ms_per_prompt),
     ]
+
+
+def _cell(values: Sequence[float], digits: int) -> str:
+    """The candidate's value, then the baselines' in brackets: '0.866 (0.767 / 0.830)'."""
+    first, *rest = values
+    return f"{first:.{digits}f} ({' / '.join(f'{v:.{digits}f}' for v in rest)})"
 
 
 def write_results(
@@ -200,26 +207,28 @@ def write_results(
         json.dumps({**asdict(result), "aims": aims(result), "cross_validation": cross_validation}, indent=2) + "\n",
         encoding="utf-8",
     )
+    others = " / ".join(result.baselines)
+    seen = ", ".join(f"{name} trained on {count}" for name, count in result.rows_seen_by_baselines.items())
     lines = [
-        f"# Difficulty classifier: {result.model} beside {result.baseline}",
+        f"# Difficulty classifier: {result.model} beside {', '.join(result.baselines)}",
         "",
         f"Held-out rows of {result.model} (split by problem: no translation of a held-out problem was trained on); "
-        f"{result.baseline} trained on {result.rows_seen_by_baseline} of them. Chat recall: share of chat prompts scored "
+        f"of them, {seen}. Chat recall: share of chat prompts scored "
         "below the default policy's reasoning threshold (sent to the chat tier). Class recall: share of each class's rows "
         f"whose arg-max head class is right. Torch threads {result.torch_threads} (numpy BLAS held to the same).",
         "",
         "| slice | rows | AUC hard-vs-rest | chat recall | chat | easy | medium | hard |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
-    base = {q.slice: q for q in result.quality if q.model == result.baseline}
+    by_model = {(q.model, q.slice): q for q in result.quality}
     for q in (q for q in result.quality if q.model == result.model):
-        b = base[q.slice]
-        recalls = " | ".join(f"{q.class_recall[c]:.2f} ({b.class_recall[c]:.2f})" for c in HEAD_CLASSES)
+        rows = [q, *(by_model[(name, q.slice)] for name in result.baselines)]
+        recalls = " | ".join(_cell([r.class_recall[c] for r in rows], 2) for c in HEAD_CLASSES)
         lines.append(
-            f"| {q.slice} | {q.rows} | {q.hard_vs_rest_roc_auc:.3f} ({b.hard_vs_rest_roc_auc:.3f}) "
-            f"| {q.chat_recall:.3f} ({b.chat_recall:.3f}) | {recalls} |"
+            f"| {q.slice} | {q.rows} | {_cell([r.hard_vs_rest_roc_auc for r in rows], 3)} "
+            f"| {_cell([r.chat_recall for r in rows], 3)} | {recalls} |"
         )
-    lines += ["", f"Each cell: {result.model} ({result.baseline} in brackets)."]
+    lines += ["", f"Each cell: {result.model} ({others} in brackets)."]
     if cross_validation:
         folds = len(cross_validation["hard_vs_rest_roc_auc"]["all"])
         lines += [
