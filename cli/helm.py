@@ -50,7 +50,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="Write the Prometheus alerting rules derived from a policy.",
         description=(
             "Validate a policy and write its alerting rules as a Prometheus rules file (for rule_files, and "
-            "promtool check rules): p99 TTFVT and E2E per tier against the SLOs of the classes it serves, KV cache "
+            "promtool check rules): p99 TTFVT and E2E per tier and difficulty class against that class's SLO, KV cache "
             "pinned at saturation, stragglers above the autoscaler's limit, shed requests, policy reloads that did not "
             "apply, replicas below their minimum, engine restarts. The chart's PrometheusRule carries the same rules."
         ),

@@ -124,3 +124,18 @@ def test_certainty_exit_ends_the_thinking_once_the_probes_agree(loop: asyncio.Ab
     assert early.economy.tokens_saved == 256 - early.reasoning_tokens
     assert extract_answer(early.content) == extract_answer(plain.content)  # the same answer, from less thinking
     assert early.finish_reason == "stop" and early.answer_tokens > 0
+
+
+def test_whitespace_drift_in_a_system_prompt_renders_the_same_tokens_only_with_normalisation(tiny: TierEngine) -> None:
+    def messages(system: str) -> tuple[dict[str, str], ...]:
+        return ({"role": "system", "content": system}, {"role": "user", "content": "What is 2 + 2?"})
+
+    clean = TierRequest("clean", 8, 8, messages=messages("Answer briefly.\nShow the result in \\boxed{}."))
+    drifted = TierRequest("drifted", 8, 8, messages=messages("Answer briefly.  \r\nShow the result in \\boxed{}.\r\n\r\n\r\n"))
+    assert tiny.tier.normalize_prompts
+    assert tiny.render_prompt(drifted) == tiny.render_prompt(clean)  # one prefix: the cache serves both
+    tiny.tier = tiny.tier.model_copy(update={"normalize_prompts": False})
+    try:
+        assert tiny.render_prompt(drifted) != tiny.render_prompt(clean)
+    finally:
+        tiny.tier = tiny.tier.model_copy(update={"normalize_prompts": True})
