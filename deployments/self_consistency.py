@@ -104,7 +104,6 @@ class Vote:
     async def stream(self) -> AsyncIterator[TierChunk]:
         """Progress chunks (sample 0's reasoning, when the request streams), then the last chunk: the chosen sample's
         answer, every sample's tokens and the votes."""
-        self._started = time.monotonic()
         for sample in self.samples:
             sample.task = asyncio.create_task(self._run(sample))
         decided = False
@@ -151,19 +150,17 @@ class Vote:
 
     def _result(self, aborted: list[_Sample], early: bool) -> TierChunk:
         chosen = self._chosen().whole
+        wholes = [s.whole for s in self.samples]
         budget = self.request.thinking_tokens + self.request.answer_tokens
-        thinking = sum(s.whole.reasoning_tokens for s in self.samples)
-        answer = sum(s.whole.answer_tokens for s in self.samples)
         return TierChunk(
             reasoning="" if self.request.progress else chosen.reasoning,
             content=chosen.content,
             finish_reason=chosen.finish_reason or "stop",
             prompt_tokens=chosen.prompt_tokens,
-            reasoning_tokens=thinking,
-            answer_tokens=answer,
+            reasoning_tokens=sum(w.reasoning_tokens for w in wholes),
+            answer_tokens=sum(w.answer_tokens for w in wholes),
             budget_forced=chosen.budget_forced,
-            first_token_s=min((s.whole.first_token_s for s in self.samples if s.whole.first_token_s is not None),
-                              default=None),
+            first_token_s=min((w.first_token_s for w in wholes if w.first_token_s is not None), default=None),
             first_visible_s=time.monotonic() - self._started,  # the answer shows once the vote is decided
             economy=Economy(
                 samples=len(self.samples),

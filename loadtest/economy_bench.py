@@ -150,7 +150,7 @@ class EconomyBench:
         return TierRequest(**(fields | changes))
 
     def _computed(self) -> int:
-        stats = self.engine._stats
+        stats = self.engine.stats()
         return stats.prefix_cache_queries_total - stats.prefix_cache_hits_total
 
     async def _measure(self, work: Callable[[], Any]) -> int:
@@ -161,8 +161,8 @@ class EconomyBench:
 
     async def prefill(self, i: int, prompt: ArithmeticPrompt) -> PrefillRow:
         n = self.settings.samples
-        one = len(self.engine.render_prompt(self._request("render", prompt)))
-        row = PrefillRow(prompt_tokens=one)
+        ids = self.engine.render_prompt(self._request("render", prompt))
+        row = PrefillRow(prompt_tokens=len(ids))
         tiny = {"thinking_tokens": 1, "answer_tokens": 1}
 
         async def shared() -> None:
@@ -175,7 +175,6 @@ class EconomyBench:
         async def vllm_n() -> None:
             from vllm import SamplingParams
 
-            ids = self.engine.render_prompt(self._request("render", prompt))
             params = SamplingParams(n=n, max_tokens=2, temperature=self.settings.temperature)
             async for _ in self.engine.engine.generate({"prompt_token_ids": ids, "cache_salt": f"pf-n-{i}"}, params,
                                                        f"pf-n-{i}"):

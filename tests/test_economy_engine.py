@@ -54,7 +54,8 @@ def tiny(loop: asyncio.AbstractEventLoop) -> Iterator[TierEngine]:
 
 
 def computed_prompt_tokens(engine: TierEngine) -> int:
-    return engine._stats.prefix_cache_queries_total - engine._stats.prefix_cache_hits_total
+    stats = engine.stats()
+    return stats.prefix_cache_queries_total - stats.prefix_cache_hits_total
 
 
 def run(loop: asyncio.AbstractEventLoop, engine: TierEngine, *requests: TierRequest) -> list[TierChunk]:
