@@ -155,12 +155,16 @@ class TierEngine:
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
+        from deployments.thinking_budget import ThinkingBudgetProcessor
+
         self.name = name
         self.tier = tier
         model_path = resolve_model(tier.model)
         kwargs = engine_kwargs(tier, model_path) | dict(engine_overrides or {})
-        if tier.thinking:
+        if tier.thinking and tier.engine.thinking_budget_processor == "vllm":
             kwargs["reasoning_config"] = ReasoningConfig(reasoning_start_str=tier.think_start, reasoning_end_str=tier.think_end)
+        elif tier.thinking:
+            kwargs["logits_processors"] = [ThinkingBudgetProcessor]
         self._stats = _EngineStats()
         self.engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs), stat_loggers=[self._stats.logger_factory()])
         self.tokenizer = self.engine.get_tokenizer()
@@ -194,9 +198,7 @@ class TierEngine:
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
-        extra: dict[str, Any] = {}
-        if limits.thinking_token_budget is not None:
-            extra["thinking_token_budget"] = limits.thinking_token_budget
+        extra = limits.sampler_args(self.tier.engine.thinking_budget_processor, self.thinking_tokens.end_id)
         return SamplingParams(
             max_tokens=limits.max_tokens,
             min_tokens=1,  # never an empty turn: the first token of a decode is not end-of-sequence

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from deployments.protocol import TierChunk
+from policies.schema import BudgetProcessor
 
 Finish = Literal["stop", "length"]
 
@@ -47,13 +48,28 @@ def open_section(prompt_ids: Sequence[int], tokens: ThinkingTokens, already_open
     return ids
 
 
+THINKING_BUDGET_ARG = "thinktier_thinking_budget"
+"""The `SamplingParams.extra_args` key read by deployments/thinking_budget.py's logits processor."""
+
+
 @dataclass(frozen=True)
 class DecodeLimits:
     """What one engine request may generate."""
 
     max_tokens: int
-    thinking_token_budget: int | None = None
-    """vLLM's `thinking_token_budget`: at this many thinking tokens the engine writes the end token."""
+    thinking_tokens: int | None = None
+    """Thinking tokens the decode may write before the end token is forced (None: no section to end)."""
+    open_len: int = 0
+    """Tokens of the section's opening in the prompt."""
+
+    def sampler_args(self, processor: BudgetProcessor, end_id: int | None) -> dict[str, Any]:
+        """SamplingParams keyword arguments that end the section at its budget, for the tier's budget processor."""
+        if self.thinking_tokens is None or end_id is None:
+            return {}
+        if processor == "vllm":
+            # vLLM counts the prompt's tokens after the start token (the newline) towards its budget.
+            return {"thinking_token_budget": self.thinking_tokens + self.open_len - 1}
+        return {"extra_args": {THINKING_BUDGET_ARG: {"tokens": self.thinking_tokens, "end_id": end_id}}}
 
 
 def decode_limits(
@@ -61,13 +77,10 @@ def decode_limits(
 ) -> DecodeLimits:
     """The budgets as sampler limits. `room`: most tokens that still fit the context (the answer decode that
     follows a section the model ended early)."""
-    max_tokens, budget = answer_tokens, None
-    if thinking:
-        # vLLM counts the prompt's tokens after the start token (the newline) towards the budget;
-        # the end token it writes takes one more output token.
-        budget = thinking_tokens + open_len - 1
-        max_tokens += thinking_tokens + 1
-    return DecodeLimits(max_tokens if room is None else min(max_tokens, room), budget)
+    if not thinking:
+        return DecodeLimits(answer_tokens if room is None else min(answer_tokens, room))
+    max_tokens = answer_tokens + thinking_tokens + 1  # the end token is one more output token
+    return DecodeLimits(max_tokens if room is None else min(max_tokens, room), thinking_tokens, open_len)
 
 
 @dataclass

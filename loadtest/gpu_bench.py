@@ -38,7 +38,7 @@ from deployments.routing import EFFORT_CLASS, budget_decision
 from loadtest.report import Percentiles, goodput_rps
 from loadtest.workload import Mix, PromptPool, open_loop
 from policies.loader import load_policy
-from policies.schema import SLO, DifficultyClass, Effort, Policy, Tier
+from policies.schema import SLO, BudgetProcessor, DifficultyClass, Effort, Policy, Tier
 
 CLASS_EFFORT: dict[DifficultyClass, Effort] = {klass: effort for effort, klass in EFFORT_CLASS.items()}
 CLASSES: tuple[DifficultyClass, ...] = ("easy", "medium", "hard")
@@ -126,12 +126,21 @@ class BenchConfig:
     offload_gib: float = 0.0
     offload_decode_blocks: bool = False  # vLLM 0.24 offloads prompt blocks only unless told otherwise
     description: str = ""
+    thinking_budget_processor: BudgetProcessor = "thinktier"
 
 
 CONFIGS: dict[str, BenchConfig] = {
     "bf16": BenchConfig("bfloat16", "fcfs", description="bf16 KV, FCFS"),
     "fp8": BenchConfig("fp8", "fcfs", description="FP8 KV, FCFS"),
     "fp8-prio": BenchConfig("fp8", "priority", description="FP8 KV, priority (hard = lower priority)"),
+    "fp8-vllm-budget": BenchConfig(
+        "fp8", "fcfs", description="FP8 KV, FCFS, thinking budgets by vLLM's thinking_token_budget",
+        thinking_budget_processor="vllm",
+    ),
+    "fp8-prio-vllm-budget": BenchConfig(
+        "fp8", "priority", description="FP8 KV, priority, thinking budgets by vLLM's thinking_token_budget",
+        thinking_budget_processor="vllm",
+    ),
     "auto-prio": BenchConfig("auto", "priority", description="KV in the model's dtype, priority (the CPU example tiers)"),
     "fp8-offload": BenchConfig("fp8", "fcfs", 16, description="FP8 KV + native CPU offload as vLLM ships it (prompt blocks)"),
     "fp8-offload-decode": BenchConfig(
@@ -152,6 +161,7 @@ def configured_tier(tier: Tier, config: BenchConfig, model: str, kv_cache_gib: f
     engine.update(
         kv_cache_dtype=config.kv_cache_dtype,
         scheduling_policy=config.scheduling_policy,
+        thinking_budget_processor=config.thinking_budget_processor,
         kv_offloading={**engine["kv_offloading"], "size_gib": config.offload_gib},
         gpu_memory_utilization=gpu_util,
     )

@@ -49,6 +49,9 @@ class KVOffloading(StrictModel):
         return self.size_gib > 0
 
 
+BudgetProcessor = Literal["thinktier", "vllm"]
+
+
 class EngineArgs(StrictModel):
     """vLLM engine arguments for every replica of a tier."""
 
@@ -65,6 +68,13 @@ class EngineArgs(StrictModel):
     enable_prefix_caching: bool = Field(True, description="Reuse KV of shared prompt prefixes.")
     scheduling_policy: Literal["fcfs", "priority"] = Field(
         "priority", description="'priority' lets the router's difficulty reach vLLM's scheduler (hard requests preempted first)."
+    )
+    thinking_budget_processor: BudgetProcessor = Field(
+        "thinktier",
+        description="What ends a thinking section at its budget. 'thinktier': the project's vLLM logits processor, "
+        "which looks at each new token once. 'vllm': vLLM's own thinking_token_budget, which in vLLM 0.24 rescans "
+        "every sequence's whole output on every step (Python, O(output) per sequence and step: milliseconds a step "
+        "at GPU batch sizes); kept for comparison.",
     )
     kv_offloading: KVOffloading = Field(default_factory=KVOffloading)
     load_format: Literal["auto", "dummy"] = Field(

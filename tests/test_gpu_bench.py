@@ -90,6 +90,8 @@ def test_configured_tier_changes_only_what_the_configuration_names(policy) -> No
     bf16 = configured_tier(base, CONFIGS["bf16"], "/m", None, 0.9)
     assert bf16.engine.kv_cache_dtype == "bfloat16" and bf16.engine.scheduling_policy == "fcfs"
     assert not bf16.engine.kv_offloading.enabled and bf16.engine.kv_cache_memory_gib is None
+    assert bf16.engine.thinking_budget_processor == "thinktier"
+    assert configured_tier(base, CONFIGS["fp8-vllm-budget"], "/m", None, 0.9).engine.thinking_budget_processor == "vllm"
 
 
 def test_a_cpu_tier_runs_as_its_policy_says_with_its_replica_environment(monkeypatch) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from deployments.thinking import ReasoningSplitter, ThinkingTokens, decode_limits, open_section
+from deployments.thinking import THINKING_BUDGET_ARG, ReasoningSplitter, ThinkingTokens, decode_limits, open_section
 
 TOKENS = ThinkingTokens(open_ids=(90, 10), close_ids=(91, 10, 10), end_id=91)
 """'<think>' is 90, '</think>' 91, a newline 10."""
@@ -20,9 +20,12 @@ def test_a_thinking_prompt_is_opened_once_and_closed_at_once_with_no_budget() ->
 
 def test_budgets_become_sampler_limits() -> None:
     thinking = decode_limits(thinking_tokens=100, answer_tokens=50, thinking=True, open_len=2)
-    assert (thinking.max_tokens, thinking.thinking_token_budget) == (151, 101)  # the end token is one more output token
+    assert thinking.max_tokens == 151  # the end token is one more output token
+    assert thinking.sampler_args("thinktier", 91) == {"extra_args": {THINKING_BUDGET_ARG: {"tokens": 100, "end_id": 91}}}
+    # vLLM counts the prompt's newline after the start token towards its own budget
+    assert thinking.sampler_args("vllm", 91) == {"thinking_token_budget": 101}
     answer = decode_limits(thinking_tokens=100, answer_tokens=50, thinking=False, open_len=2)
-    assert (answer.max_tokens, answer.thinking_token_budget) == (50, None)
+    assert (answer.max_tokens, answer.sampler_args("thinktier", 91), answer.sampler_args("vllm", 91)) == (50, {}, {})
     assert decode_limits(0, 50, False, 2, room=20).max_tokens == 20
 
 
