@@ -25,18 +25,6 @@ def with_engine(tier: Tier, **engine: Any) -> Tier:
     return tier.model_copy(update={"engine": tier.engine.model_copy(update=engine)})
 
 
-@pytest.fixture(scope="module")
-def loop() -> Iterator[asyncio.AbstractEventLoop]:
-    """One event loop for a module's engines: vLLM's output handler stays on the loop that first used it."""
-    loop = asyncio.new_event_loop()
-    yield loop
-    pending = asyncio.all_tasks(loop)  # vLLM's output handlers, whose engines are shut down by now
-    for task in pending:
-        task.cancel()
-    loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-    loop.close()
-
-
 def start(loop: asyncio.AbstractEventLoop, tier: Tier) -> TierEngine:
     async def make() -> TierEngine:
         return TierEngine("reasoning", tier)

@@ -4,7 +4,6 @@ vLLM's async placeholders, a section the model closed itself), and both processo
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 
 import pytest
 import torch
@@ -75,18 +74,6 @@ def test_an_invalid_budget_argument_is_refused_with_its_shape() -> None:
     ThinkingBudgetProcessor.validate_params(budget(0))
     with pytest.raises(ValueError, match="'tokens': int >= 0"):
         ThinkingBudgetProcessor.validate_params(SamplingParams(extra_args={THINKING_BUDGET_ARG: {"tokens": -1}}))
-
-
-@pytest.fixture(scope="module")
-def loop() -> Iterator[asyncio.AbstractEventLoop]:
-    loop = asyncio.new_event_loop()
-    yield loop
-    pending = asyncio.all_tasks(loop)  # vLLM's output handlers, whose engines are shut down by now
-    for task in pending:
-        task.cancel()
-    if pending:
-        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-    loop.close()
 
 
 @pytest.mark.integration
