@@ -55,7 +55,6 @@ class ThinkingBudgetProcessor(LogitsProcessor):
     """Forces the end token of the thinking section once a request has spent its budget (see the module docstring)."""
 
     def __init__(self, vllm_config: VllmConfig, device: torch.device, is_pin_memory: bool) -> None:
-        self._device = device
         self._sections: dict[int, _Section] = {}
 
     @classmethod

@@ -1,8 +1,8 @@
-"""The difficulty classifier against the ones before it, in one run: quality per language on the held-out split, and
+"""The difficulty classifier beside its baselines, in one run: quality per language on the held-out split, and
 latency per prompt on this CPU at batch 1 and batched.
 
 Rows are the held-out rows of the candidate artifact (every language's problems of every class and chat prompts). The
-baselines (difficulty-v1, English only, and difficulty-v2 or -v3) held out the same problems, so no model trained on any row
+baselines (difficulty-v1, English only, and difficulty-v4) held out the same problems, so no model trained on any row
 scored here; the count of rows each baseline did train on is reported (0 for the shipped artifacts). All models run
 with the same threads on the same prompts in the same process.
 """
