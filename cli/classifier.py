@@ -148,6 +148,13 @@ def _add_recipe_arguments(parser: argparse.ArgumentParser) -> None:
         "default: %(default)s).",
     )
     parser.add_argument(
+        "--plain-renderings",
+        action=argparse.BooleanOptionalAction,
+        default=DEFAULTS.plain_renderings,
+        help="Fit on each training row as written and also with its LaTeX written out as plain text, as most users type "
+        "(difficulty-v5; --no-plain-renderings rebuilds difficulty-v3; default: %(default)s).",
+    )
+    parser.add_argument(
         "--weight-decay", type=float, default=DEFAULTS.weight_decay, help="L2 penalty of the head (default: %(default)s)."
     )
 
@@ -194,6 +201,7 @@ def _config(args: argparse.Namespace, **extra: object) -> TrainingConfig:
         length_weight=args.length_weight,
         structure_weight=args.structure_weight,
         weight_decay=args.weight_decay,
+        plain_renderings=args.plain_renderings,
         cv_folds=args.cv_folds,
         **extra,
     )

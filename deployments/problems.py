@@ -52,7 +52,7 @@ MMATH_DIFFICULTY: dict[str, DifficultyClass] = {
     "CNMO": "hard",
 }
 
-Source = Literal["GSM8K", "MATH500", "AIME2024", "AIME2025", "CNMO"]
+Source = Literal["GSM8K", "MATH500", "AIME2024", "AIME2025", "CNMO", "CHAMP"]  # CHAMP: external_problems.py, never trained on
 
 
 class MissingDataError(RuntimeError):
