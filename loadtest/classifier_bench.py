@@ -237,8 +237,8 @@ def aims(result: BenchResult) -> list[tuple[str, bool]]:
 
 def _cell(values: Sequence[float], digits: int) -> str:
     """The candidate's value, then the baselines' in brackets: '0.866 (0.767 / 0.830)'."""
-    first, *rest = values
-    return f"{first:.{digits}f} ({' / '.join(f'{v:.{digits}f}' for v in rest)})"
+    first, *rest = (f"{v:.{digits}f}" if v == v else "-" for v in values)  # NaN (no row of the class): "-"
+    return f"{first} ({' / '.join(rest)})"
 
 
 def write_results(
