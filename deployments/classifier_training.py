@@ -196,13 +196,12 @@ def slices(languages: Sequence[str], row_languages: Sequence[str]) -> dict[str, 
     }
 
 
-def rendered_slices(
-    languages: Sequence[str], row_languages: Sequence[str], features: torch.Tensor, plain: torch.Tensor
-) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-    """(row mask, features) per reported slice: every slice of the rows as written, then PLAIN_SLICES without LaTeX."""
+def rendered_slices(languages: Sequence[str], row_languages: Sequence[str]) -> dict[str, tuple[torch.Tensor, bool]]:
+    """(row mask, whether the rows are rendered without LaTeX) per reported slice: every slice of the rows as written,
+    then PLAIN_SLICES without LaTeX."""
     masks = slices(languages, row_languages)
-    return {name: (mask, features) for name, mask in masks.items()} | {
-        PLAIN_PREFIX + name: (masks[name], plain) for name in PLAIN_SLICES if name in masks
+    return {name: (mask, False) for name, mask in masks.items()} | {
+        PLAIN_PREFIX + name: (masks[name], True) for name in PLAIN_SLICES if name in masks
     }
 
 
@@ -218,7 +217,7 @@ def cross_validate(
     """Fit the head `config.cv_folds` times, each fold held out once, on features already computed for every row, as
     written and without LaTeX (`plain`). The folds are dealt by `fold_seed` (default: the config's seed)."""
     anchors = torch.tensor([SCORE_ANCHORS[c] for c in HEAD_CLASSES])
-    reported = rendered_slices(config.languages, [e.language for e in examples], features, plain)
+    reported = rendered_slices(config.languages, [e.language for e in examples])
     auc: dict[str, list[float]] = defaultdict(list)
     recall: dict[str, list[float]] = defaultdict(list)
     seed = config.seed if fold_seed is None else fold_seed
@@ -227,9 +226,10 @@ def cross_validate(
         fit_x, fit_y = fitting_rows(features[~held], plain[~held], labels[~held], config.plain_renderings)
         head = fit_head(fit_x, fit_y, config.weight_decay, config.max_iterations)
         held_labels = labels[held]
-        for name, (mask, rendered) in reported.items():
+        held_scores = {typed: head.probabilities(x[held]) @ anchors for typed, x in ((False, features), (True, plain))}
+        for name, (mask, typed) in reported.items():
             rows = mask[held]
-            scores = head.probabilities(rendered[held][rows]) @ anchors
+            scores = held_scores[typed][rows]
             hard = (held_labels[rows] == HEAD_CLASSES.index("hard")).tolist()
             auc[name].append(round(roc_auc(scores.tolist(), hard), 4))
             recall[name].append(round(chat_recall(held_labels[rows], scores), 4))
@@ -320,14 +320,13 @@ def train(config: TrainingConfig, log: Callable[[str], None] = print) -> Artifac
     fit_x, fit_y = fitting_rows(all_x[~held_rows], all_plain[~held_rows], all_y[~held_rows], config.plain_renderings)
     head = fit_head(fit_x, fit_y, config.weight_decay, config.max_iterations)
     anchors = torch.tensor([SCORE_ANCHORS[c] for c in HEAD_CLASSES])
+    held_probabilities = {typed: head.probabilities(x[held_rows]) for typed, x in ((False, all_x), (True, all_plain))}
     held_out_reports: dict[str, HeldOutReport] = {}
     held_languages = [e.language for e in examples if e.problem_id in held_set]
-    for name, (mask, rendered) in rendered_slices(
-        config.languages, held_languages, all_x[held_rows], all_plain[held_rows]
-    ).items():
-        probabilities = head.probabilities(rendered[mask])
+    for name, (mask, typed) in rendered_slices(config.languages, held_languages).items():
+        probabilities = held_probabilities[typed][mask]
         held_out_reports[name] = report(held_y[mask], probabilities, probabilities @ anchors)
-    scores = head.probabilities(all_x[held_rows]) @ anchors
+    scores = held_probabilities[False] @ anchors
     cross_validation = cross_validate(config, examples, all_x, all_plain, all_y, log) if config.cv_folds > 1 else None
 
     held_ids: dict[HeadClass, list[str]] = {c: sorted({e.problem_id for e in held_out if e.label == c}) for c in HEAD_CLASSES}

