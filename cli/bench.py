@@ -7,19 +7,19 @@ import json
 import sys
 from pathlib import Path
 
-from cli.args import policy_setting
-from cli.bench_economy import add_economy
-from cli.bench_frontdoor import add_frontdoor
-from cli.bench_fullstack import add_fullstack
-from loadtest import gpu_bench
-from loadtest.workload import Mix
-from policies.loader import DEFAULT_POLICY, PolicyError, load_policy_with
+from thinktier.cli.args import policy_setting
+from thinktier.cli.bench_economy import add_economy
+from thinktier.cli.bench_frontdoor import add_frontdoor
+from thinktier.cli.bench_fullstack import add_fullstack
+from thinktier.loadtest.bench import gpu_bench
+from thinktier.loadtest.workload import Mix
+from thinktier.policies.loader import DEFAULT_POLICY, PolicyError, load_policy_with
 
 TINY_POLICY = DEFAULT_POLICY.parent / "examples" / "tiny.yaml"
 
 
 def _overhead(args: argparse.Namespace) -> int:
-    from loadtest.overhead_bench import run
+    from thinktier.loadtest.bench.overhead_bench import run
 
     result = run(args.policy, args.tier, args.requests, args.answer_tokens, Path(args.out), args.with_classifier,
                  args.http_proxy)
@@ -29,7 +29,7 @@ def _overhead(args: argparse.Namespace) -> int:
 
 
 def _planner(args: argparse.Namespace) -> int:
-    from loadtest.plan_bench import run
+    from thinktier.loadtest.sim.plan_bench import run
 
     text, measured = run(args.out, with_speed=not args.no_speed)
     print(text.splitlines()[2] if len(text.splitlines()) > 2 else text)
@@ -41,7 +41,7 @@ def _planner(args: argparse.Namespace) -> int:
 
 
 def _autoscaling(args: argparse.Namespace) -> int:
-    from loadtest.autoscaling_bench import Workload, run
+    from thinktier.loadtest.bench.autoscaling_bench import Workload, run
 
     workload = Workload(args.rate, args.shape, args.duration, args.mix, args.seed, args.effort, args.max_prompt_chars)
     command = (f"thinktier bench autoscaling --policy {args.policy} --tier {args.tier} --rate {args.rate} --shape {args.shape} "

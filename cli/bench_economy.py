@@ -7,9 +7,9 @@ import os
 import sys
 from pathlib import Path
 
-from cli.args import policy_setting
-from loadtest.economy_bench import PHASES, EconomySettings
-from policies.loader import DEFAULT_POLICY, PolicyError, load_policy_with
+from thinktier.cli.args import policy_setting
+from thinktier.loadtest.bench.economy_bench import PHASES, EconomySettings
+from thinktier.policies.loader import DEFAULT_POLICY, PolicyError, load_policy_with
 
 DEFAULTS = EconomySettings()
 
@@ -30,7 +30,7 @@ def _phases(text: str) -> str:
 
 
 def _economy(args: argparse.Namespace) -> int:
-    from loadtest.economy_bench import run
+    from thinktier.loadtest.bench.economy_bench import run
 
     try:
         policy = load_policy_with(args.policy, args.set)

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from loadtest.frontdoor_bench import FRONTDOOR_POLICY, BenchSettings
+from thinktier.loadtest.bench.frontdoor.frontdoor_bench import FRONTDOOR_POLICY, BenchSettings
 
 DEFAULTS = BenchSettings()
 
@@ -16,7 +16,7 @@ def _floats(text: str) -> tuple[float, ...]:
 
 
 def _frontdoor(args: argparse.Namespace) -> int:
-    from loadtest.frontdoor_bench import run
+    from thinktier.loadtest.bench.frontdoor.frontdoor_bench import run
 
     settings = BenchSettings(
         streams=args.streams,

@@ -1,5 +1,5 @@
 """`thinktier bench fullstack`: the whole stack (Serve's proxy, Ingress, tiers, vLLM) on a GPU machine, measured at
-the front door, policy after policy (loadtest/fullstack.py)."""
+the front door, policy after policy (loadtest/bench/fullstack.py)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from loadtest import fullstack
-from loadtest.fullstack_report import write_summary
-from loadtest.fullstack_targets import Config, Kind
-from loadtest.workload import Mix
-from policies.loader import PolicyError, dump_policy, load_policy, load_policy_with
+from thinktier.loadtest.bench import fullstack
+from thinktier.loadtest.bench.fullstack_report import write_summary
+from thinktier.loadtest.bench.fullstack_targets import Config, Kind
+from thinktier.loadtest.workload import Mix
+from thinktier.policies.loader import PolicyError, dump_policy, load_policy, load_policy_with
 
 DEFAULT_MIX = "easy=0.5,medium=0.3,hard=0.1,chat=0.1"
 
@@ -85,12 +85,12 @@ def _fullstack(args: argparse.Namespace) -> int:
     if args.summarize is not None:
         print(write_summary(args.summarize), end="")
         if args.baseline is not None:
-            from loadtest.fullstack_compare import write_comparison  # lazily: matplotlib is slow to import
+            from thinktier.loadtest.bench.fullstack_compare import write_comparison  # lazily: matplotlib is slow to import
 
             try:
                 print(write_comparison(args.summarize, args.baseline), end="")
                 if args.scaling is not None:
-                    from loadtest.scaling_compare import write as write_scaling
+                    from thinktier.loadtest.bench.scaling_compare import write as write_scaling
 
                     print(write_scaling(args.summarize, args.scaling, args.baseline), end="")
             except ValueError as exc:

@@ -7,9 +7,14 @@ import argparse
 from pathlib import Path
 from typing import get_args
 
-from deployments.classifier_config import FeatureRecipe, TrainingConfig
-from deployments.difficulty_artifact import BASELINE_ARTIFACTS, DEFAULT_ARTIFACT, ArtifactManifest, HeldOutReport
-from policies.schema import Thresholds
+from thinktier.deployments.classifier.difficulty_artifact import (
+    BASELINE_ARTIFACTS,
+    DEFAULT_ARTIFACT,
+    ArtifactManifest,
+    HeldOutReport,
+)
+from thinktier.policies.schema import Thresholds
+from thinktier.training.classifier.classifier_config import FeatureRecipe, TrainingConfig
 
 DEFAULTS = TrainingConfig()
 
@@ -37,7 +42,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--out-dir",
         type=Path,
         default=DEFAULTS.out_dir,
-        help="Where the artifact goes (default: the shipped deployments/artifacts).",
+        help="Where the artifact goes (default: the shipped deployments/classifier/artifacts).",
     )
     train.set_defaults(func=_train)
 
@@ -208,7 +213,7 @@ def _config(args: argparse.Namespace, **extra: object) -> TrainingConfig:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from deployments.classifier_training import train
+    from thinktier.training.classifier.classifier_training import train
 
     config = _config(args, out_dir=args.out_dir)
     manifest = train(config)
@@ -218,7 +223,7 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _cv(args: argparse.Namespace) -> int:
-    from deployments.classifier_training import select_by_cross_validation
+    from thinktier.training.classifier.classifier_training import select_by_cross_validation
 
     config = _config(args)
     figures = select_by_cross_validation(config, args.fold_seeds)
@@ -232,8 +237,8 @@ def _cv(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from deployments.difficulty import DifficultyModel
-    from loadtest.classifier_bench import aims, bench, write_results
+    from thinktier.deployments.classifier.difficulty import DifficultyModel
+    from thinktier.loadtest.bench.classifier_bench import aims, bench, write_results
 
     model = DifficultyModel.load(args.artifact, num_threads=args.threads)
     baselines = [DifficultyModel.load(artifact, num_threads=args.threads) for artifact in args.baselines]

@@ -8,7 +8,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from cluster.helm_values import (
+from thinktier.cluster.helm_values import (
     CHART_VALUES,
     VALUES_SCHEMA,
     HelmValuesError,
@@ -17,7 +17,7 @@ from cluster.helm_values import (
     render_helm_values,
     render_values_schema,
 )
-from policies.loader import PolicyError
+from thinktier.policies.loader import PolicyError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -7,13 +7,13 @@ import os
 import sys
 from pathlib import Path
 
-from loadtest.client import RequestOptions
-from loadtest.measure import LoadSpec
-from loadtest.metrics_scraper import RAY_LLM_METRICS, THINKTIER_METRICS
-from loadtest.runner import RunSettings, Target
-from loadtest.workload import Mix, PromptPool
-from policies.loader import DEFAULT_POLICY, PolicyError, load_policy
-from policies.schema import EFFORTS
+from thinktier.loadtest.client import RequestOptions
+from thinktier.loadtest.measure import LoadSpec
+from thinktier.loadtest.metrics_scraper import RAY_LLM_METRICS, THINKTIER_METRICS
+from thinktier.loadtest.runner import RunSettings, Target
+from thinktier.loadtest.workload import Mix, PromptPool
+from thinktier.policies.loader import DEFAULT_POLICY, PolicyError, load_policy
+from thinktier.policies.schema import EFFORTS
 
 DEFAULT_MIX = "easy=0.5,medium=0.3,hard=0.1,chat=0.1"
 THINKTIER_MODEL = "thinktier"
@@ -204,7 +204,7 @@ def _seconds(value: float | None) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from loadtest.measure import measure  # lazily: matplotlib is slow to import
+    from thinktier.loadtest.measure import measure  # lazily: matplotlib is slow to import
 
     try:
         slos = load_policy(args.policy).slos
@@ -230,7 +230,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from loadtest.compare import CompareTarget, compare  # lazily: matplotlib is slow to import
+    from thinktier.loadtest.compare import CompareTarget, compare  # lazily: matplotlib is slow to import
 
     # Resolved before any target starts, so the compare report names the exact files.
     ray_llm_policy = Path(args.ray_llm_policy or args.single_pool_policy).resolve()
@@ -258,7 +258,7 @@ def _compare(args: argparse.Namespace) -> int:
         print(f"--baseline {args.baseline!r} is skipped or unknown; choose one of {[t.name for t in targets]}", file=sys.stderr)
         return 2
     if args.temperature is None:  # every target samples alike: thinktier's default, sent explicitly
-        from deployments.openai_api import OpenAIRequest
+        from thinktier.deployments.request.openai_api import OpenAIRequest
 
         args.temperature = OpenAIRequest.model_fields["temperature"].default
     out = _out_dir(args, "compare")
@@ -282,7 +282,7 @@ def _peer(args: argparse.Namespace) -> int:
     import signal
     import threading
 
-    from loadtest.ray_llm_target import PEER_READY_LINE, RayLLMApp, peer_options, settings_from_tier  # lazily
+    from thinktier.loadtest.ray_llm_target import PEER_READY_LINE, RayLLMApp, peer_options, settings_from_tier  # lazily
 
     try:
         policy = load_policy(args.policy)

@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import sys
 
 # Modules that add subcommands; each exposes register(subparsers) and sets `func` on its parsers.
 COMMAND_MODULES = (
-    "cli.up",
-    "cli.bench",
-    "cli.policy",
-    "cli.loadtest",
-    "cli.plan",
-    "cli.helm",
-    "cli.classifier",
+    "thinktier.cli.up",
+    "thinktier.cli.bench",
+    "thinktier.cli.policy",
+    "thinktier.cli.loadtest",
+    "thinktier.cli.plan",
+    "thinktier.cli.helm",
+    "thinktier.cli.classifier",
 )
 
 
@@ -32,7 +31,3 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     return int(args.func(args) or 0)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

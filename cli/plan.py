@@ -1,4 +1,4 @@
-"""`thinktier plan`: capacity planning by simulation (loadtest/plan.py): a cluster of any size under a policy and a
+"""`thinktier plan`: capacity planning by simulation (loadtest/sim/plan.py): a cluster of any size under a policy and a
 workload, on simulated time, with the project's real routing, request-router and autoscaling code."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from cli.args import policy_setting
-from cli.loadtest import DEFAULT_MIX, _mix, _positive
-from loadtest.workload import Mix
-from policies.loader import PolicyError, load_policy_with
+from thinktier.cli.args import policy_setting
+from thinktier.cli.loadtest import DEFAULT_MIX, _mix, _positive
+from thinktier.loadtest.workload import Mix
+from thinktier.policies.loader import PolicyError, load_policy_with
 
 
 def _pairs(text: str, flag: str) -> dict[str, str]:
@@ -52,9 +52,9 @@ def _top_level_split(text: str) -> list[str]:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from loadtest import plan  # lazily: numpy, the classifier and Ray's router module
-    from loadtest.sim_cluster import SimSettings
-    from loadtest.sim_workload import WorkloadSpec
+    from thinktier.loadtest.sim import plan  # lazily: numpy, the classifier and Ray's router module
+    from thinktier.loadtest.sim.sim_cluster import SimSettings
+    from thinktier.loadtest.sim.sim_workload import WorkloadSpec
 
     try:
         policy = load_policy_with(args.policy, args.set)
@@ -76,7 +76,7 @@ def _plan(args: argparse.Namespace) -> int:
     inputs = plan.PlanInputs(policy, workload, args.lengths, settings)
     out = args.out
     if args.calibrate is not None:
-        from loadtest.report import Report
+        from thinktier.loadtest.report import Report
 
         real = Report.model_validate_json(args.calibrate.read_text())
         overhead, result = plan.calibrate_overhead(inputs, real)

@@ -6,9 +6,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from policies.json_schema import render_json_schema
-from policies.loader import PolicyError, load_policy
-from policies.schema import Policy
+from thinktier.policies.json_schema import render_json_schema
+from thinktier.policies.loader import PolicyError, load_policy
+from thinktier.policies.schema import Policy
 
 
 def summarize(policy: Policy) -> str:
@@ -63,7 +63,7 @@ def _apply(args: argparse.Namespace) -> int:
     from kubernetes.client.exceptions import ApiException
     from kubernetes.config import ConfigException
 
-    from cluster.kube import apply_policy, core_api
+    from thinktier.cluster.kube import apply_policy, core_api
 
     target = f"configmap {args.namespace}/{args.configmap} key {args.key}"
     try:

@@ -8,8 +8,8 @@ import sys
 import threading
 import time
 
-from cluster.local import LocalCluster, StartupError
-from policies.loader import PolicyError
+from thinktier.cluster.local import LocalCluster, StartupError
+from thinktier.policies.loader import PolicyError
 
 
 def _up(args: argparse.Namespace) -> int:

@@ -13,7 +13,7 @@ prometheus-operator PrometheusRule): `thinktier helm alerts --policy FILE` write
 the section of the chart README that says what to do.
 
 The latency histograms carry the tier and the difficulty class the router decided for each request
-(deployments/metrics.py), so the latency alerts hold each class on each tier to that class's own objective. Every tier
+(deployments/request/metrics.py), so the latency alerts hold each class on each tier to that class's own objective. Every tier
 has a rule for every class: the chat tier also serves medium and hard requests (handed over by a saturated or failed
 reasoning tier, or sent to it by its model name), and the reasoning tier every class.
 """
@@ -23,9 +23,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from cluster.serve_config import APP_NAME, INGRESS, tier_deployment_name
-from deployments.metrics import LATENCY_BUCKETS, PREFIX, RELOADS
-from policies.schema import DifficultyClass, Policy
+from thinktier.cluster.serve_config import APP_NAME, INGRESS, tier_deployment_name
+from thinktier.deployments.request.metrics import LATENCY_BUCKETS, PREFIX, RELOADS
+from thinktier.policies.schema import DifficultyClass, Policy
 
 RUNBOOKS = "helm/thinktier/README.md"
 """The file holding one runbook section per alert, headed by the alert's name."""

@@ -1,6 +1,6 @@
 """The application builder: one policy in, the bound Serve application out.
 
-`serve run cluster.app:build_app policy_path=FILE` and the RayService's serveConfigV2
+`serve run thinktier.cluster.app:build_app policy_path=FILE` and the RayService's serveConfigV2
 both come through here; deployment options come from cluster/serve_config.py.
 """
 
@@ -11,12 +11,12 @@ from typing import Any
 from pydantic import BaseModel
 from ray.serve import Application
 
-from cluster.serve_config import CLASSIFIER, INGRESS, LOAD_BOARD, deployment_options, tier_deployment_name
-from deployments.ingress import Ingress
-from deployments.load_board import LoadBoard
-from deployments.tier import TierReplica
-from policies.loader import load_policy
-from policies.schema import Policy
+from thinktier.cluster.serve_config import CLASSIFIER, INGRESS, LOAD_BOARD, deployment_options, tier_deployment_name
+from thinktier.deployments.request.ingress import Ingress
+from thinktier.deployments.request.load_board import LoadBoard
+from thinktier.deployments.tier.tier import TierReplica
+from thinktier.policies.loader import load_policy
+from thinktier.policies.schema import Policy
 
 STALE_AFTER_INTERVALS = 5
 """A replica missing this many stats reports is taken for gone."""
@@ -35,7 +35,7 @@ def build_app(args: dict[str, Any] | AppArgs) -> Application:
     options = deployment_options(policy, in_pools=args.in_pools)
     classifier = None
     if policy.routing.classifier.enabled:
-        from deployments.classifier import DifficultyClassifier
+        from thinktier.deployments.classifier.classifier import DifficultyClassifier
 
         classifier = DifficultyClassifier.options(**options[CLASSIFIER]).bind(policy.routing.classifier)
     board = LoadBoard.options(**options[LOAD_BOARD]).bind(STALE_AFTER_INTERVALS * _longest_interval(policy))

@@ -49,13 +49,13 @@ import time
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from deployments.replica_stats import ReplicaStats
-from policies.schema import Autoscaling, Replicas, Tier
+from thinktier.deployments.tier.replica_stats import ReplicaStats
+from thinktier.policies.schema import Autoscaling, Replicas, Tier
 
 if TYPE_CHECKING:
     from ray.serve.config import AutoscalingContext
 
-POLICY_IMPORT_PATH = "cluster.autoscaling:KVAwarePolicy"
+POLICY_IMPORT_PATH = "thinktier.cluster.autoscaling:KVAwarePolicy"
 STATE_KEY = "thinktier"
 """Key of this policy's state in Ray Serve's per-deployment `policy_state` dict."""
 LOOK_BACK_INTERVALS = 3

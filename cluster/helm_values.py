@@ -30,10 +30,10 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
-from cluster.alerts import alert_rules
-from cluster.serve_config import GIB, INGRESS_DRAIN_MARGIN_S, pool_resource, ray_env, serve_config
-from policies.loader import DEFAULT_POLICY, load_policy
-from policies.schema import ENV_NAME, Policy, Pool, Replicas, Server, Tier
+from thinktier.cluster.alerts import alert_rules
+from thinktier.cluster.serve_config import GIB, INGRESS_DRAIN_MARGIN_S, pool_resource, ray_env, serve_config
+from thinktier.policies.loader import DEFAULT_POLICY, load_policy
+from thinktier.policies.schema import ENV_NAME, Policy, Pool, Replicas, Server, Tier
 
 POLICY_MOUNT_DIR = "/etc/thinktier"
 """Where pods mount the policy ConfigMap, as a directory: the kubelet's atomic symlink swap on a

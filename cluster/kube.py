@@ -15,7 +15,7 @@ from kubernetes import client, config
 from kubernetes.client import CoreV1Api
 from kubernetes.client.exceptions import ApiException
 
-from policies.loader import load_policy
+from thinktier.policies.loader import load_policy
 
 CREATED = "created"
 UPDATED = "updated"
@@ -46,7 +46,7 @@ def apply_policy(
 ) -> str:
     """Validate the policy, then create the ConfigMap or set its `key` (other keys are kept).
 
-    Returns CREATED, UPDATED or UNCHANGED. Raises policies.loader.PolicyError for an invalid
+    Returns CREATED, UPDATED or UNCHANGED. Raises thinktier.policies.loader.PolicyError for an invalid
     policy, before anything is sent to the cluster.
     """
     load_policy(policy_path)

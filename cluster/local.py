@@ -13,9 +13,9 @@ from types import TracebackType
 
 import httpx
 
-from cluster.serve_config import APP_NAME, http_options, ray_env
-from deployments.models import resolve_model
-from policies.loader import load_policy
+from thinktier.cluster.serve_config import APP_NAME, http_options, ray_env
+from thinktier.deployments.tier.models import resolve_model
+from thinktier.policies.loader import load_policy
 
 RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_DEDUP_LOGS": "1", "TOKENIZERS_PARALLELISM": "false"}
 FAILED_STATES = frozenset({"DEPLOY_FAILED", "UNHEALTHY"})
@@ -123,7 +123,7 @@ class LocalCluster:
     def _deploy(self, timeout_s: float) -> None:
         from ray import serve
 
-        from cluster.app import AppArgs, build_app
+        from thinktier.cluster.app import AppArgs, build_app
 
         try:
             serve.start(http_options=http_options(self.policy.server, self.host) | {"port": self.port})

@@ -24,10 +24,10 @@ from typing import Any
 
 from ray.serve.request_router import PendingRequest, ReplicaID, ReplicaResult, RequestRouter, RunningReplica
 
-from deployments.replica_stats import ReplicaStats
-from policies.schema import DifficultyClass, RouterWeights
+from thinktier.deployments.tier.replica_stats import ReplicaStats
+from thinktier.policies.schema import DifficultyClass, RouterWeights
 
-ROUTER_IMPORT_PATH = "cluster.request_router:KVAwareRequestRouter"
+ROUTER_IMPORT_PATH = "thinktier.cluster.request_router:KVAwareRequestRouter"
 DIFFICULTIES: tuple[DifficultyClass, ...] = ("easy", "medium", "hard")
 MIN_KV_HEADROOM = 0.01
 """Headroom floor of the KV term, so a full replica scores high but finite (it stays a last resort)."""

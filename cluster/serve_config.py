@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from cluster.autoscaling import serve_autoscaling_config
-from cluster.request_router import serve_request_router_config
-from policies.schema import Policy, Replicas, Server, Tier
+from thinktier.cluster.autoscaling import serve_autoscaling_config
+from thinktier.cluster.request_router import serve_request_router_config
+from thinktier.policies.schema import Policy, Replicas, Server, Tier
 
 APP_NAME = "thinktier"
-APP_IMPORT_PATH = "cluster.app:build_app"
+APP_IMPORT_PATH = "thinktier.cluster.app:build_app"
 INGRESS = "Ingress"
 LOAD_BOARD = "LoadBoard"
 CLASSIFIER = "DifficultyClassifier"

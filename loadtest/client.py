@@ -14,8 +14,8 @@ from typing import Any
 
 import httpx
 
-from loadtest.workload import WorkItem
-from policies.schema import Effort
+from thinktier.loadtest.workload import WorkItem
+from thinktier.policies.schema import Effort
 
 DECISION_HEADERS = {
     "tier": "x-thinktier-tier",

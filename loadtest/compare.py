@@ -16,15 +16,15 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from loadtest.client import RequestOptions
-from loadtest.measure import LoadSpec, measure
-from loadtest.metrics_scraper import RAY_LLM_METRICS
-from loadtest.ray_llm_target import RayLLMApp, settings_from_tier
-from loadtest.report import Report, RunReport
-from loadtest.runner import RunSettings, Target
-from loadtest.workload import PromptPool
-from policies.loader import load_policy
-from policies.schema import SLO, DifficultyClass
+from thinktier.loadtest.client import RequestOptions
+from thinktier.loadtest.measure import LoadSpec, measure
+from thinktier.loadtest.metrics_scraper import RAY_LLM_METRICS
+from thinktier.loadtest.ray_llm_target import RayLLMApp, settings_from_tier
+from thinktier.loadtest.report import Report, RunReport
+from thinktier.loadtest.runner import RunSettings, Target
+from thinktier.loadtest.workload import PromptPool
+from thinktier.policies.loader import load_policy
+from thinktier.policies.schema import SLO, DifficultyClass
 
 TargetKind = Literal["thinktier", "ray-serve-llm"]
 
@@ -46,7 +46,7 @@ class CompareTarget:
 def started(target: CompareTarget, port: int, metrics_port: int, options: RequestOptions) -> Iterator[Target]:
     """Start `target`, yield where to send the load, and stop it afterwards."""
     if target.kind == "thinktier":
-        from cluster.local import LocalCluster  # lazily: starting thinktier pulls in Ray Serve and vLLM
+        from thinktier.cluster.local import LocalCluster  # lazily: starting thinktier pulls in Ray Serve and vLLM
 
         with LocalCluster(target.policy_path, port) as cluster:
             yield Target(cluster.url, options=options)
@@ -188,7 +188,7 @@ def compare(
     (out_dir / "compare.json").write_text(json.dumps(result.model_dump(mode="json", exclude={"reports"}), indent=2))
     (out_dir / "compare.md").write_text(markdown(result))
     if spec.batch_size is None:
-        from loadtest.plots import compare_goodput  # lazily: matplotlib is slow to import
+        from thinktier.loadtest.plots import compare_goodput  # lazily: matplotlib is slow to import
 
         compare_goodput(reports, out_dir / "goodput_vs_load.png")
     return result

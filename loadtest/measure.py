@@ -7,10 +7,10 @@ import asyncio
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from loadtest.report import Report, build_report, write
-from loadtest.runner import RunRecord, RunSettings, Target, run_closed_loop, run_open_loop
-from loadtest.workload import Mix, PromptPool, closed_loop, open_loop
-from policies.schema import SLO, DifficultyClass
+from thinktier.loadtest.report import Report, build_report, write
+from thinktier.loadtest.runner import RunRecord, RunSettings, Target, run_closed_loop, run_open_loop
+from thinktier.loadtest.workload import Mix, PromptPool, closed_loop, open_loop
+from thinktier.policies.schema import SLO, DifficultyClass
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ def measure(
     settings: RunSettings | None = None,
 ) -> tuple[Report, list[Path]]:
     """Run the load test and write report.json, report.md, requests.jsonl and the PNG plots into `out_dir`."""
-    from loadtest.plots import write_plots  # lazily: matplotlib is slow to import and only needed here
+    from thinktier.loadtest.plots import write_plots  # lazily: matplotlib is slow to import and only needed here
 
     settings = settings or RunSettings()
     records = run_all(target, spec, pool, settings)

@@ -14,8 +14,8 @@ matplotlib.use("Agg")  # files only; never needs a display
 import matplotlib.pyplot as plt
 import numpy as np
 
-from loadtest.report import Report, RunReport
-from loadtest.runner import RunRecord
+from thinktier.loadtest.report import Report, RunReport
+from thinktier.loadtest.runner import RunRecord
 
 
 def _save(fig: Any, path: Path) -> Path:

@@ -17,11 +17,11 @@ from typing import Any
 
 import httpx
 
-from cluster.serve_config import replica_count_options
-from deployments.engine import engine_kwargs
-from deployments.models import resolve_model
-from loadtest.client import RequestOptions
-from policies.schema import Policy, Tier
+from thinktier.cluster.serve_config import replica_count_options
+from thinktier.deployments.tier.engine import engine_kwargs
+from thinktier.deployments.tier.models import resolve_model
+from thinktier.loadtest.client import RequestOptions
+from thinktier.policies.schema import Policy, Tier
 
 REASONING_PARSER = "deepseek_r1"
 """Reads the text up to the closing think token as `reasoning`, the opening one being in the prompt, as on R1 models."""

@@ -17,11 +17,11 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel
 
-from loadtest.client import RequestResult
-from loadtest.metrics_scraper import MetricsTimeline, TierSample
-from loadtest.runner import RunRecord
-from loadtest.workload import REQUEST_CLASSES
-from policies.schema import SLO, DifficultyClass
+from thinktier.loadtest.client import RequestResult
+from thinktier.loadtest.metrics_scraper import MetricsTimeline, TierSample
+from thinktier.loadtest.runner import RunRecord
+from thinktier.loadtest.workload import REQUEST_CLASSES
+from thinktier.policies.schema import SLO, DifficultyClass
 
 SLO_CLASS: dict[str, DifficultyClass] = {"easy": "easy", "medium": "medium", "hard": "hard", "chat": "easy"}
 

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 import httpx
 from tqdm import tqdm
 
-from loadtest.client import RequestOptions, RequestResult, send
-from loadtest.metrics_scraper import THINKTIER_METRICS, MetricNames, MetricsTimeline, scrape_until
-from loadtest.workload import WorkItem
+from thinktier.loadtest.client import RequestOptions, RequestResult, send
+from thinktier.loadtest.metrics_scraper import THINKTIER_METRICS, MetricNames, MetricsTimeline, scrape_until
+from thinktier.loadtest.workload import WorkItem
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,8 @@ from typing import Literal, get_args
 
 import numpy as np
 
-from deployments.chat_prompts import chat_prompts
-from deployments.problems import Problem, load_problems
+from thinktier.training.data.chat_prompts import chat_prompts
+from thinktier.training.data.problems import Problem, load_problems
 
 RequestClass = Literal["easy", "medium", "hard", "chat"]
 REQUEST_CLASSES: tuple[RequestClass, ...] = get_args(RequestClass)

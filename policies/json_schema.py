@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from policies.schema import Policy
+from thinktier.policies.schema import Policy
 
 SCHEMA_FILE = Path(__file__).with_name("policy.schema.json")
 DIALECT = "https://json-schema.org/draft/2020-12/schema"

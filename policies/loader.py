@@ -26,7 +26,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
-from policies.schema import Policy
+from thinktier.policies.schema import Policy
 
 DEFAULT_POLICY = Path(__file__).with_name("default.yaml")
 

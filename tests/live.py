@@ -67,13 +67,13 @@ def engines_busy(url: str) -> dict[str, float]:
 
 @contextmanager
 def synthetic_app(serve_port: int, policy_dir: Path, name: str, edits: dict[str, Any], tokens_per_s: float) -> Iterator[str]:
-    """The real Ingress and LoadBoard in front of synthetic tiers (loadtest/synthetic_tier.py: tokens at a set rate, no
-    model), deployed with the deployment options of policies/examples/tiny.yaml with `edits` into the session's Serve
+    """The real Ingress and LoadBoard in front of synthetic tiers (loadtest/bench/frontdoor/synthetic_tier.py: tokens at a
+    set rate, no model), deployed with the deployment options of policies/examples/tiny.yaml with `edits` into the session's Serve
     as application `name` at /`name`, ready; its URL. Deleted afterwards (if the test has not done so)."""
     from ray import serve
 
-    from loadtest.frontdoor_bench import frontdoor_app
     from tests.conftest import TINY_POLICY
+    from thinktier.loadtest.bench.frontdoor.frontdoor_bench import frontdoor_app
 
     policy = policy_dir / f"{name}-policy.yaml"
     policy.write_text(yaml.safe_dump(merged(yaml.safe_load(TINY_POLICY.read_text()), edits)))

@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from deployments.admission import Admission
-from deployments.openai_api import APIError, SSEFramer
-from deployments.protocol import TierChunk
-from policies.loader import parse_policy
+from thinktier.deployments.request.admission import Admission
+from thinktier.deployments.request.openai_api import APIError, SSEFramer
+from thinktier.deployments.tier.protocol import TierChunk
+from thinktier.policies.loader import parse_policy
 
 POLICY = parse_policy(
     """

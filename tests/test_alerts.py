@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 import yaml
 
-from cli.main import main as thinktier_main
-from cluster.alerts import alert_rules
-from deployments.metrics import LATENCY_BUCKETS
-from policies.loader import DEFAULT_POLICY, load_policy
 from tests.live import merged
 from tests.system_tools import system_tool
+from thinktier.cli.main import main as thinktier_main
+from thinktier.cluster.alerts import alert_rules
+from thinktier.deployments.request.metrics import LATENCY_BUCKETS
+from thinktier.policies.loader import DEFAULT_POLICY, load_policy
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "alerts"

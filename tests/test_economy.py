@@ -9,15 +9,15 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from deployments import openai_api as oa
-from deployments.certainty import CertaintyTracker, probe_answer
-from deployments.decision import RoutingRequest
-from deployments.prompts import normalize_messages
-from deployments.protocol import Economy, TierChunk, TierRequest, collect
-from deployments.routing import budget_decision
-from deployments.self_consistency import Vote
-from policies.loader import parse_policy
-from policies.schema import DYNASOR_PROBE, Budget, EarlyExit
+from thinktier.deployments.request import openai_api as oa
+from thinktier.deployments.request.decision import RoutingRequest
+from thinktier.deployments.request.routing import budget_decision
+from thinktier.deployments.tier.certainty import CertaintyTracker, probe_answer
+from thinktier.deployments.tier.prompts import normalize_messages
+from thinktier.deployments.tier.protocol import Economy, TierChunk, TierRequest, collect
+from thinktier.deployments.tier.self_consistency import Vote
+from thinktier.policies.loader import parse_policy
+from thinktier.policies.schema import DYNASOR_PROBE, Budget, EarlyExit
 
 
 class FakeSamples:

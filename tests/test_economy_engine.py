@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from deployments.answers import extract_answer
-from deployments.engine import TierEngine
-from deployments.protocol import TierChunk, TierRequest, collect
-from policies.loader import DEFAULT_POLICY, load_policy
-from policies.schema import EarlyExit, Tier
 from tests.conftest import TINY_POLICY
+from thinktier.deployments.tier.answers import extract_answer
+from thinktier.deployments.tier.engine import TierEngine
+from thinktier.deployments.tier.protocol import TierChunk, TierRequest, collect
+from thinktier.policies.loader import DEFAULT_POLICY, load_policy
+from thinktier.policies.schema import EarlyExit, Tier
 
 pytestmark = pytest.mark.integration
 SAMPLES = 4

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from deployments import engine
-from deployments.engine import HostCannotServe, check_host, engine_kwargs
-from policies.loader import PolicyError, load_policy, parse_policy
+from thinktier.deployments.tier import engine
+from thinktier.deployments.tier.engine import HostCannotServe, check_host, engine_kwargs
+from thinktier.policies.loader import PolicyError, load_policy, parse_policy
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "policies" / "examples"
 CPU_TIER = """
@@ -66,7 +66,7 @@ def test_default_policy_cpu_engine_arguments() -> None:
 
 
 def test_tiers_that_share_a_gpu_ask_ray_for_their_share() -> None:
-    from cluster.serve_config import deployment_options, tier_deployment_name
+    from thinktier.cluster.serve_config import deployment_options, tier_deployment_name
 
     policy = load_policy(EXAMPLES / "gpu-fullstack-tiered.yaml")
     options = deployment_options(policy)

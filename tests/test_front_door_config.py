@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from cluster.helm_values import helm_values
-from cluster.serve_config import INGRESS, deployment_options, ray_env
-from policies.loader import parse_policy
-from policies.schema import Policy
+from thinktier.cluster.helm_values import helm_values
+from thinktier.cluster.serve_config import INGRESS, deployment_options, ray_env
+from thinktier.policies.loader import parse_policy
+from thinktier.policies.schema import Policy
 
 ONE_TIER = """
 version: 1

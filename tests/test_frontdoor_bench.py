@@ -13,13 +13,20 @@ import httpx
 import numpy as np
 import pytest
 
-from deployments.protocol import TierChunk, TierRequest
-from loadtest.frontdoor_bench import BenchSettings, policy_variant
-from loadtest.frontdoor_client import ClientSample, Load, chat_body, event_tokens, stream_once
-from loadtest.frontdoor_floor import create_app
-from loadtest.frontdoor_report import FrontdoorReport, TargetResult, Variant, VariantResult, markdown, per_token_s
-from loadtest.synthetic_stream import WORD, synthetic_chunks, tier_stream
-from policies.loader import load_policy
+from thinktier.deployments.tier.protocol import TierChunk, TierRequest
+from thinktier.loadtest.bench.frontdoor.frontdoor_bench import BenchSettings, policy_variant
+from thinktier.loadtest.bench.frontdoor.frontdoor_client import ClientSample, Load, chat_body, event_tokens, stream_once
+from thinktier.loadtest.bench.frontdoor.frontdoor_floor import create_app
+from thinktier.loadtest.bench.frontdoor.frontdoor_report import (
+    FrontdoorReport,
+    TargetResult,
+    Variant,
+    VariantResult,
+    markdown,
+    per_token_s,
+)
+from thinktier.loadtest.bench.frontdoor.synthetic_stream import WORD, synthetic_chunks, tier_stream
+from thinktier.policies.loader import load_policy
 
 RATE = 4000.0
 """Tokens/s per stream in these tests: fast enough to keep them short."""

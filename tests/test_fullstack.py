@@ -16,13 +16,12 @@ from pathlib import Path
 import pytest
 from prometheus_client import generate_latest
 
-from cli.bench_fullstack import add_fullstack
-from cli.main import build_parser
-from deployments.metrics import ServiceMetrics
-from deployments.replica_stats import ReplicaStats
-from loadtest import fullstack
-from loadtest.client import RequestResult
-from loadtest.fullstack import (
+from thinktier.cli.bench_fullstack import add_fullstack
+from thinktier.cli.main import build_parser
+from thinktier.deployments.request.metrics import ServiceMetrics
+from thinktier.deployments.tier.replica_stats import ReplicaStats
+from thinktier.loadtest.bench import fullstack
+from thinktier.loadtest.bench.fullstack import (
     LoadArgs,
     cpu_stats,
     failures,
@@ -31,17 +30,18 @@ from loadtest.fullstack import (
     loadtest_command,
     parse_series,
 )
-from loadtest.fullstack_record import ConfigRun, CpuStat, Failures, IdleProbe, Sample
-from loadtest.fullstack_report import summary_line, summary_row, write_summary
-from loadtest.fullstack_targets import PEER_FINAL, THINKTIER_FINAL, Config
-from loadtest.metrics_scraper import MetricsTimeline, TierSample
-from loadtest.process_cpu import ClassCPU, ProcCPU, by_class, classify, parse_stat, process_loads, read_processes
-from loadtest.ray_llm_target import PEER_READY_LINE
-from loadtest.report import Report, build_report
-from loadtest.runner import RunRecord
-from loadtest.workload import Mix
-from policies.loader import load_policy
-from policies.schema import SLO
+from thinktier.loadtest.bench.fullstack_record import ConfigRun, CpuStat, Failures, IdleProbe, Sample
+from thinktier.loadtest.bench.fullstack_report import summary_line, summary_row, write_summary
+from thinktier.loadtest.bench.fullstack_targets import PEER_FINAL, THINKTIER_FINAL, Config
+from thinktier.loadtest.bench.process_cpu import ClassCPU, ProcCPU, by_class, classify, parse_stat, process_loads, read_processes
+from thinktier.loadtest.client import RequestResult
+from thinktier.loadtest.metrics_scraper import MetricsTimeline, TierSample
+from thinktier.loadtest.ray_llm_target import PEER_READY_LINE
+from thinktier.loadtest.report import Report, build_report
+from thinktier.loadtest.runner import RunRecord
+from thinktier.loadtest.workload import Mix
+from thinktier.policies.loader import load_policy
+from thinktier.policies.schema import SLO
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "policies" / "examples"
 TIERED, ONEPOOL = EXAMPLES / "gpu-tiered.yaml", EXAMPLES / "gpu-onepool.yaml"
@@ -78,10 +78,10 @@ def test_stat_fields_are_counted_after_the_last_parenthesis() -> None:
         ("ray::ServeReplica:thinktier:tier-reasoning.handle_request_with_rejection", "tier"),
         ("ray::ServeReplica:thinktier:tier-chat", "tier"),
         ("VLLM::EngineCore", "engine"),
-        ("/usr/bin/python3 -m cli.main loadtest run --url http://127.0.0.1:8000 --policy p.yaml", "loadgen"),
+        ("/usr/bin/python3 -m thinktier loadtest run --url http://127.0.0.1:8000 --policy p.yaml", "loadgen"),
         ("ray::ServeReplica:thinktier:LoadBoard", "other"),
         ("/tmp/site/ray/core/src/ray/raylet/raylet --node_ip_address=127.0.0.1", "other"),
-        ("python3 -m cli.main bench fullstack --config tiered=policies/examples/gpu-tiered.yaml", "other"),
+        ("python3 -m thinktier bench fullstack --config tiered=policies/examples/gpu-tiered.yaml", "other"),
     ],
 )
 def test_processes_are_classified_by_their_title(title: str, expected: str) -> None:
@@ -231,7 +231,7 @@ def test_idle_summary_takes_medians_of_the_successful_replies() -> None:
 def test_the_load_command_is_one_the_loadtest_cli_accepts(tmp_path: Path) -> None:
     load = LoadArgs(TIERED, 4.0, 0.5, 90.0, 1, "easy=0.5,medium=0.3,hard=0.1,chat=0.1", 180.0)
     command = loadtest_command("http://127.0.0.1:8000", load, tmp_path)
-    assert command[1:5] == ["-m", "cli.main", "loadtest", "run"]
+    assert command[1:5] == ["-m", "thinktier", "loadtest", "run"]
     args = build_parser().parse_args(command[3:])
     assert (args.url, Path(args.policy), args.rate, args.shape, args.duration, args.seed) == (
         "http://127.0.0.1:8000", TIERED, (4.0,), 0.5, 90.0, 1
@@ -278,7 +278,7 @@ def canned_results() -> list[RequestResult]:
 
 
 def canned_report_json() -> str:
-    """A report as `thinktier loadtest run` writes it (loadtest.report), 8 requests over 20 s."""
+    """A report as `thinktier loadtest run` writes it (thinktier.loadtest.report), 8 requests over 20 s."""
     results = canned_results()
     timeline = MetricsTimeline(
         samples=[TierSample(1.0, "reasoning", 0.4, 0.5, 1, 0.0), TierSample(2.0, "reasoning", 0.9, 1.0, 1, 1.0),

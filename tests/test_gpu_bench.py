@@ -10,12 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from cli.main import build_parser
-from cli.main import main as thinktier_main
-from cluster.serve_config import engine_env
-from deployments.problems import Problem
-from loadtest import gpu_bench
-from loadtest.gpu_bench import (
+from thinktier.cli.main import build_parser
+from thinktier.cli.main import main as thinktier_main
+from thinktier.cluster.serve_config import engine_env
+from thinktier.loadtest.bench import gpu_bench
+from thinktier.loadtest.bench.gpu_bench import (
     CONFIGS,
     RequestRecord,
     Sample,
@@ -28,9 +27,10 @@ from loadtest.gpu_bench import (
     step_profile_file,
     summarize,
 )
-from loadtest.workload import Mix, PromptPool
-from policies.loader import load_policy
-from policies.schema import SLO
+from thinktier.loadtest.workload import Mix, PromptPool
+from thinktier.policies.loader import load_policy
+from thinktier.policies.schema import SLO
+from thinktier.training.data.problems import Problem
 
 POLICY = Path(__file__).resolve().parents[1] / "policies" / "examples" / "h200-7b.yaml"
 CPU_POLICY = POLICY.with_name("compare-tiered.yaml")
@@ -109,7 +109,7 @@ def test_a_cpu_tier_runs_as_its_policy_says_with_its_replica_environment(monkeyp
             seen.update(os.environ)
             raise RuntimeError("no engine here")
 
-    monkeypatch.setattr("deployments.engine.TierEngine", Engine)
+    monkeypatch.setattr("thinktier.deployments.tier.engine.TierEngine", Engine)
     settings = gpu_bench.RunSettings(base.model, "auto", 0.03, 0.9, False, 0, [1], [128], 1)
     with pytest.raises(RuntimeError, match="no engine here"):
         asyncio.run(gpu_bench.run_config("auto-prio", policy, settings, {}, ["profile"], lambda result: None))

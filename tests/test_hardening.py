@@ -9,14 +9,14 @@ from typing import Any
 
 import pytest
 
-from deployments.admission import Admission
-from deployments.decision import RoutingRequest
-from deployments.load_board import LoadBoard
-from deployments.openai_api import APIError
-from deployments.protocol import PromptTooLong, TierChunk, TierRequest
-from deployments.routing import decide, failover
-from deployments.tier_call import Deadline, TierFailed, call_tier
-from policies.loader import PolicyError, parse_policy
+from thinktier.deployments.request.admission import Admission
+from thinktier.deployments.request.decision import RoutingRequest
+from thinktier.deployments.request.load_board import LoadBoard
+from thinktier.deployments.request.openai_api import APIError
+from thinktier.deployments.request.routing import decide, failover
+from thinktier.deployments.request.tier_call import Deadline, TierFailed, call_tier
+from thinktier.deployments.tier.protocol import PromptTooLong, TierChunk, TierRequest
+from thinktier.policies.loader import PolicyError, parse_policy
 
 BASE = """
 version: 1
@@ -186,7 +186,7 @@ def test_an_anonymous_entry_applies_without_keyed_tenants_and_unknown_keys_are_a
 
 
 def test_a_dead_engines_replica_leaves_the_board_at_once() -> None:
-    from deployments.replica_stats import ReplicaStats
+    from thinktier.deployments.tier.replica_stats import ReplicaStats
 
     board = LoadBoard.func_or_class(stale_after_s=60)
     board.report("reasoning", "r1", ReplicaStats(num_running=3))
@@ -196,8 +196,8 @@ def test_a_dead_engines_replica_leaves_the_board_at_once() -> None:
 
 
 def test_a_tier_replica_with_a_dead_engine_fails_its_health_check_and_stops_reporting() -> None:
-    from deployments.replica_stats import ReplicaStats
-    from deployments.tier import TierReplica
+    from thinktier.deployments.tier.replica_stats import ReplicaStats
+    from thinktier.deployments.tier.tier import TierReplica
 
     class Engine:
         errored = False
@@ -237,7 +237,7 @@ def test_a_tier_replica_with_a_dead_engine_fails_its_health_check_and_stops_repo
 
 
 def test_serve_config_backs_the_tier_deadline_checks_health_often_and_logs_json() -> None:
-    from cluster.serve_config import SERVE_TIMEOUT_MARGIN_S, serve_config
+    from thinktier.cluster.serve_config import SERVE_TIMEOUT_MARGIN_S, serve_config
 
     policy = parse_policy(BASE.replace("version: 1", "version: 1\nserver: {tier_timeout_s: 90}"), "p.yaml")
     config = serve_config(policy, "/etc/thinktier/policy.yaml")
@@ -250,7 +250,7 @@ def test_serve_config_backs_the_tier_deadline_checks_health_often_and_logs_json(
 
 
 def test_the_drain_deadline_lets_tier_streams_run_that_long_and_the_ingress_a_little_longer() -> None:
-    from cluster.serve_config import INGRESS, INGRESS_DRAIN_MARGIN_S, serve_config
+    from thinktier.cluster.serve_config import INGRESS, INGRESS_DRAIN_MARGIN_S, serve_config
 
     policy = parse_policy(BASE.replace("version: 1", "version: 1\nserver: {drain_timeout_s: 90}"), "p.yaml")
     deployments = {d["name"]: d for d in serve_config(policy, "/p")["applications"][0]["deployments"]}

@@ -28,9 +28,10 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from cli.main import main as thinktier_main
-from cluster.alerts import alert_rules
-from cluster.helm_values import (
+from tests.system_tools import system_tool
+from thinktier.cli.main import main as thinktier_main
+from thinktier.cluster.alerts import alert_rules
+from thinktier.cluster.helm_values import (
     CHART_VALUES,
     POLICY_PATH,
     VALUES_SCHEMA,
@@ -40,12 +41,11 @@ from cluster.helm_values import (
     render_values_schema,
     values_schema_properties,
 )
-from cluster.serve_config import pool_resource, serve_config
-from deployments.metrics import PREFIX, ServiceMetrics
-from deployments.protocol import Economy
-from deployments.replica_stats import ReplicaStats
-from policies.loader import DEFAULT_POLICY, load_policy
-from tests.system_tools import system_tool
+from thinktier.cluster.serve_config import pool_resource, serve_config
+from thinktier.deployments.request.metrics import PREFIX, ServiceMetrics
+from thinktier.deployments.tier.protocol import Economy
+from thinktier.deployments.tier.replica_stats import ReplicaStats
+from thinktier.policies.loader import DEFAULT_POLICY, load_policy
 
 ROOT = Path(__file__).resolve().parents[1]
 CHART = ROOT / "helm" / "thinktier"
@@ -477,7 +477,7 @@ def _alert_exprs(render: Render) -> list[str]:
 def test_dashboard_and_alerts_query_only_metrics_the_service_exports(
     render: Render, exprs: Callable[[Render], list[str]]
 ) -> None:
-    """A renamed metric in deployments/metrics.py, or a guessed name in the dashboard or an alert, fails here."""
+    """A renamed metric in deployments/request/metrics.py, or a guessed name in the dashboard or an alert, fails here."""
     exported = {_HISTOGRAM_SERIES.sub("", name) for name in _exported_metric_names()}
     queried = {
         _HISTOGRAM_SERIES.sub("", name)
@@ -490,7 +490,7 @@ def test_dashboard_and_alerts_query_only_metrics_the_service_exports(
     assert misprefixed == [], f"thinktier metrics are served by the ingress with no ray_ prefix: {misprefixed}"
     missing = sorted(queried - exported)
     assert missing == [], (
-        f"{missing} are queried, but deployments/metrics.py does not export them; it exports "
+        f"{missing} are queried, but deployments/request/metrics.py does not export them; it exports "
         f"{sorted(name for name in exported if not name.endswith('_created'))}"
     )
 

@@ -59,5 +59,6 @@ def test_the_build_context_holds_every_package_pip_installs() -> None:
     assert lines[0] == "*"
     allowed = {line.removeprefix("!").rstrip("/") for line in lines if line.startswith("!")}
     packages = {pattern.rstrip("*") for pattern in _pyproject()["tool"]["setuptools"]["packages"]["find"]["include"]}
-    assert packages <= allowed
+    layers = {link.name for package in packages for link in (ROOT / package).iterdir() if link.is_symlink()}
+    assert packages <= allowed and layers and layers <= allowed
     assert {"pyproject.toml", "README.md", "scripts/install_data.sh", "scripts/assets*.txt"} <= allowed

@@ -10,9 +10,9 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from deployments.load_board import LoadBoard
-from deployments.metrics import ServiceMetrics
 from tests.live import eventually, scraped, synthetic_app
+from thinktier.deployments.request.load_board import LoadBoard
+from thinktier.deployments.request.metrics import ServiceMetrics
 
 
 def _series(metrics: ServiceMetrics, sample: str) -> dict[tuple[tuple[str, str], ...], float]:

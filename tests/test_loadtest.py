@@ -19,21 +19,30 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from cluster.local import LocalCluster
-from deployments.engine import engine_kwargs
-from loadtest.client import RequestOptions, RequestResult
-from loadtest.compare import markdown as compare_markdown
-from loadtest.compare import side_by_side
-from loadtest.measure import LoadSpec, measure
-from loadtest.metrics_scraper import THINKTIER_METRICS, MetricsTimeline, parse_tiers
-from loadtest.ray_llm_target import settings_from_tier
-from loadtest.report import build_report, class_stats
-from loadtest.report import markdown as report_markdown
-from loadtest.runner import RunRecord, RunSettings, Target, run_closed_loop
-from loadtest.workload import Mix, Prompt, PromptPool, WorkItem, arrival_times, closed_loop, gamma_interarrivals, open_loop
-from policies.loader import load_policy
-from policies.schema import SLO, Replicas
 from tests.conftest import TINY_POLICY
+from thinktier.cluster.local import LocalCluster
+from thinktier.deployments.tier.engine import engine_kwargs
+from thinktier.loadtest.client import RequestOptions, RequestResult
+from thinktier.loadtest.compare import markdown as compare_markdown
+from thinktier.loadtest.compare import side_by_side
+from thinktier.loadtest.measure import LoadSpec, measure
+from thinktier.loadtest.metrics_scraper import THINKTIER_METRICS, MetricsTimeline, parse_tiers
+from thinktier.loadtest.ray_llm_target import settings_from_tier
+from thinktier.loadtest.report import build_report, class_stats
+from thinktier.loadtest.report import markdown as report_markdown
+from thinktier.loadtest.runner import RunRecord, RunSettings, Target, run_closed_loop
+from thinktier.loadtest.workload import (
+    Mix,
+    Prompt,
+    PromptPool,
+    WorkItem,
+    arrival_times,
+    closed_loop,
+    gamma_interarrivals,
+    open_loop,
+)
+from thinktier.policies.loader import load_policy
+from thinktier.policies.schema import SLO, Replicas
 
 # ---- arrivals and mix ------------------------------------------------------------------------------
 
@@ -214,7 +223,7 @@ def test_closed_loop_report_shows_the_straggler_and_the_scraped_tiers(sse_url: s
             Target(sse_url), [_items("fast", "fast", "fast", "slow")], RunSettings(progress=False, scrape_interval_s=0.2), "b"
         )
     )
-    from loadtest.report import run_report
+    from thinktier.loadtest.report import run_report
 
     report = run_report(record, load_policy().slos)
     (batch,) = report.batches
@@ -335,7 +344,7 @@ def test_ray_serve_llm_gets_the_tier_engine_and_the_thinking_opened_prompt() -> 
 
 
 def test_ray_serve_llm_gets_the_tier_replicas_and_its_prefix_aware_router() -> None:
-    from loadtest.ray_llm_target import llm_config, replica_scaling
+    from thinktier.loadtest.ray_llm_target import llm_config, replica_scaling
 
     tier = load_policy(TINY_POLICY).tiers["reasoning"]
     two = tier.model_copy(update={"replicas": Replicas(min=2, max=2)})
@@ -348,7 +357,7 @@ def test_ray_serve_llm_gets_the_tier_replicas_and_its_prefix_aware_router() -> N
 
 
 def test_the_peer_spends_the_default_effort_budget_through_vllms_own_fields() -> None:
-    from loadtest.ray_llm_target import peer_options
+    from thinktier.loadtest.ray_llm_target import peer_options
 
     policy = load_policy(TINY_POLICY.with_name("gpu-onepool.yaml"))
     body = peer_options(policy, "reasoning", "ray-llm").body("2+2?")

@@ -19,9 +19,9 @@ import httpx
 import openai
 import pytest
 
-from deployments.models import missing_package
-from policies.loader import load_policy
 from tests.conftest import free_port
+from thinktier.deployments.tier.models import missing_package
+from thinktier.policies.loader import load_policy
 
 THINKTIER = Path(sys.executable).parent / "thinktier"
 GSM_PROBLEM = (
@@ -144,8 +144,8 @@ def test_a_replica_that_cannot_start_is_reported_with_its_own_error(serve_port: 
     import yaml
     from ray import serve
 
-    from cluster.local import LocalCluster, StartupError
     from tests.conftest import TINY_POLICY
+    from thinktier.cluster.local import LocalCluster, StartupError
 
     broken = tmp_path / "broken-model"
     broken.mkdir()

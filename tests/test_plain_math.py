@@ -6,10 +6,10 @@ from collections import Counter
 
 import pytest
 
-from deployments.external_problems import load_external_problems
-from deployments.plain_math import plain_text
-from deployments.problem_overlap import CopyFinder
-from deployments.problems import load_problems
+from thinktier.training.data.external_problems import load_external_problems
+from thinktier.training.data.plain_math import plain_text
+from thinktier.training.data.problem_overlap import CopyFinder
+from thinktier.training.data.problems import load_problems
 
 
 @pytest.mark.parametrize(

@@ -11,18 +11,18 @@ from pathlib import Path
 
 import pytest
 
-from cli.main import main
-from deployments.routing import Overloaded
-from loadtest.plan import PlanInputs, min_replicas_for_slo, simulate
-from loadtest.report import Report
-from loadtest.sim_cluster import SimSettings, Simulation
-from loadtest.sim_profile import Geometry, HardwareProfile, profile_for
-from loadtest.sim_replica import SimReplica, SimRequest
-from loadtest.sim_validate import fullstack_case
-from loadtest.sim_workload import WorkloadSpec
-from loadtest.workload import Mix
-from policies.loader import load_policy, with_setting
-from policies.schema import Stragglers
+from thinktier.cli.main import main
+from thinktier.deployments.request.routing import Overloaded
+from thinktier.loadtest.report import Report
+from thinktier.loadtest.sim.plan import PlanInputs, min_replicas_for_slo, simulate
+from thinktier.loadtest.sim.sim_cluster import SimSettings, Simulation
+from thinktier.loadtest.sim.sim_profile import Geometry, HardwareProfile, profile_for
+from thinktier.loadtest.sim.sim_replica import SimReplica, SimRequest
+from thinktier.loadtest.sim.sim_validate import fullstack_case
+from thinktier.loadtest.sim.sim_workload import WorkloadSpec
+from thinktier.loadtest.workload import Mix
+from thinktier.policies.loader import load_policy, with_setting
+from thinktier.policies.schema import Stragglers
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "policies" / "examples"

@@ -9,11 +9,11 @@ import jsonschema
 import pytest
 import yaml
 
-from cli import policy as cli_policy
-from cli.main import build_parser
-from policies.json_schema import SCHEMA_FILE, policy_json_schema, render_json_schema
-from policies.loader import DEFAULT_POLICY, PolicyError, load_policy, parse_policy
-from policies.schema import EngineArgs
+from thinktier.cli import policy as cli_policy
+from thinktier.cli.main import build_parser
+from thinktier.policies.json_schema import SCHEMA_FILE, policy_json_schema, render_json_schema
+from thinktier.policies.loader import DEFAULT_POLICY, PolicyError, load_policy, parse_policy
+from thinktier.policies.schema import EngineArgs
 
 POLICIES = Path(__file__).resolve().parents[1] / "policies"
 EXAMPLES = sorted([DEFAULT_POLICY, *(POLICIES / "examples").glob("*.yaml")])

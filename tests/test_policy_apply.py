@@ -12,9 +12,9 @@ import pytest
 import yaml
 from kubernetes import client
 
-from cli.main import main as thinktier_main
-from cluster.kube import CREATED, UNCHANGED, UPDATED, apply_policy
-from policies.loader import DEFAULT_POLICY, PolicyError
+from thinktier.cli.main import main as thinktier_main
+from thinktier.cluster.kube import CREATED, UNCHANGED, UPDATED, apply_policy
+from thinktier.policies.loader import DEFAULT_POLICY, PolicyError
 
 NAMESPACE = "llm"
 CONFIGMAP = "thinktier-policy"

@@ -14,9 +14,9 @@ import pytest
 from prometheus_client import REGISTRY
 from pydantic import Field
 
-from policies.loader import DEFAULT_POLICY, load_policy, parse_policy
-from policies.schema import DEPLOY_TIME, Policy, Replicas, RouterWeights, Server, StrictModel, Tenant, is_deploy_time
-from policies.watcher import PolicyChange, PolicyWatcher, deploy_time_fields, policy_change
+from thinktier.policies.loader import DEFAULT_POLICY, load_policy, parse_policy
+from thinktier.policies.schema import DEPLOY_TIME, Policy, Replicas, RouterWeights, Server, StrictModel, Tenant, is_deploy_time
+from thinktier.policies.watcher import PolicyChange, PolicyWatcher, deploy_time_fields, policy_change
 
 DEFAULT = DEFAULT_POLICY.read_text()
 THRESHOLDS = "thresholds: {reasoning: 0.3, medium: 0.6, high: 0.8}"
@@ -96,7 +96,7 @@ def test_bad_edit_is_rejected_and_the_last_good_policy_keeps_serving(volume: Con
     before = reloads("rejected")
 
     volume.update(edit(THRESHOLDS, "thresholds: {reasoning: 0.9, medium: 0.6, high: 0.8}"))
-    with caplog.at_level(logging.ERROR, logger="policies.watcher"):
+    with caplog.at_level(logging.ERROR, logger="thinktier.policies.watcher"):
         assert watcher.poll() == "rejected"
 
     assert watcher.current is good and recorder.calls == []
@@ -118,7 +118,7 @@ def test_change_needing_new_engines_is_reported_and_nothing_of_it_applied(volume
 
     text = edit("max_num_seqs: 16", "max_num_seqs: 8")  # the reasoning tier's engine
     volume.update(edit(THRESHOLDS, "thresholds: {reasoning: 0.4, medium: 0.6, high: 0.8}", text))
-    with caplog.at_level(logging.WARNING, logger="policies.watcher"):
+    with caplog.at_level(logging.WARNING, logger="thinktier.policies.watcher"):
         assert watcher.poll() == "needs_redeploy"
 
     assert recorder.calls == [] and watcher.current is serving  # not even the live threshold change

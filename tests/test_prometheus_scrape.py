@@ -15,11 +15,11 @@ import httpx
 import pytest
 import yaml
 
-from cluster.alerts import alert_rules
-from policies.loader import load_policy
 from tests.conftest import free_port
 from tests.live import eventually, policy_edit
 from tests.system_tools import system_tool
+from thinktier.cluster.alerts import alert_rules
+from thinktier.policies.loader import load_policy
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[1]

@@ -12,12 +12,12 @@ from ray.serve._private.config import DeploymentConfig
 from ray.serve.request_router import ReplicaID
 from ray.serve.schema import DeploymentSchema
 
-from cluster.request_router import KVAwareRequestRouter, difficulty_of, score_replica
-from cluster.serve_config import APP_NAME, deployment_options, tier_deployment_name
-from deployments.protocol import TierRequest
-from deployments.replica_stats import ReplicaStats
-from policies.loader import DEFAULT_POLICY, load_policy, parse_policy
-from policies.schema import Policy, RouterWeights
+from thinktier.cluster.request_router import KVAwareRequestRouter, difficulty_of, score_replica
+from thinktier.cluster.serve_config import APP_NAME, deployment_options, tier_deployment_name
+from thinktier.deployments.tier.protocol import TierRequest
+from thinktier.deployments.tier.replica_stats import ReplicaStats
+from thinktier.policies.loader import DEFAULT_POLICY, load_policy, parse_policy
+from thinktier.policies.schema import Policy, RouterWeights
 
 WEIGHTS = RouterWeights()
 

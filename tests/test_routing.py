@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from deployments.decision import DifficultyScore, RoutingRequest
-from deployments.replica_stats import ReplicaStats
-from deployments.routing import Overloaded, TierLoad, decide
-from policies.loader import load_policy
+from thinktier.deployments.request.decision import DifficultyScore, RoutingRequest
+from thinktier.deployments.request.routing import Overloaded, TierLoad, decide
+from thinktier.deployments.tier.replica_stats import ReplicaStats
+from thinktier.policies.loader import load_policy
 
 POLICY = load_policy()  # the embedded default: thresholds 0.3 / 0.6 / 0.8
 BUDGETS = POLICY.tiers["reasoning"].budgets

@@ -24,7 +24,7 @@ LONG_PROMPT = "first check the sum then the product of the prime numbers below o
 
 @pytest.fixture(scope="module")
 def scaling_app(serving_cluster: object, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
-    from cluster.local import LocalCluster
+    from thinktier.cluster.local import LocalCluster
 
     policy = tmp_path_factory.mktemp("scaling") / "policy.yaml"
     shutil.copy(TESTS / "policies" / "scaling.yaml", policy)

@@ -6,9 +6,9 @@ import json
 import shutil
 from pathlib import Path
 
-from cli.main import main
-from loadtest.scaling_compare import TracePoint, compare, replica_seconds, scale_ups
-from policies.loader import load_policy
+from thinktier.cli.main import main
+from thinktier.loadtest.bench.scaling_compare import TracePoint, compare, replica_seconds, scale_ups
+from thinktier.policies.loader import load_policy
 
 GPU_SCALING = Path(__file__).resolve().parents[1] / "loadtest" / "results" / "gpu-scaling" / "autoscaling"
 POLICY = Path(__file__).resolve().parents[1] / "policies" / "examples" / "gpu-autoscaling.yaml"

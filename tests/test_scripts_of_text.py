@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from deployments.chat_prompts import CHAT_PROMPTS
-from deployments.scripts_of_text import SCRIPTS, script_of
+from thinktier.deployments.request.scripts_of_text import SCRIPTS, script_of
+from thinktier.training.data.chat_prompts import CHAT_PROMPTS
 
 EXPECTED = {"en": "latin", "es": "latin", "fr": "latin", "pt": "latin", "vi": "latin", "zh": "han", "ja": "japanese",
             "ko": "hangul", "ar": "arabic", "th": "thai"}

@@ -9,10 +9,10 @@ import httpx
 import openai
 import pytest
 
-from policies.loader import load_policy
 from tests.conftest import TENANT_KEY, TENANT_KEY_ENV, TINY_POLICY
 from tests.hardening_results import Recorder
 from tests.live import scraped
+from thinktier.policies.loader import load_policy
 
 pytestmark = pytest.mark.integration
 POLICY = load_policy(TINY_POLICY)
@@ -279,8 +279,8 @@ def test_every_response_names_its_request_id_and_a_client_may_set_it(serving_url
 
 
 def test_classifier_decides_tier_and_effort_visible_in_headers(serving_url: str) -> None:
-    from deployments.difficulty import DifficultyModel
-    from deployments.problems import load_problems
+    from thinktier.deployments.classifier.difficulty import DifficultyModel
+    from thinktier.training.data.problems import load_problems
 
     greeting = chat(serving_url, messages=[{"role": "user", "content": "Hey! Hope your week is going well."}])
     assert greeting.status_code == 200, greeting.text

@@ -7,11 +7,11 @@ import asyncio
 import json
 import time
 
-from deployments import openai_api as oa
-from deployments.admission import Slot
-from deployments.ingress import sse_body
-from deployments.protocol import TierChunk
-from deployments.tier_call import Deadline
+from thinktier.deployments.request import openai_api as oa
+from thinktier.deployments.request.admission import Slot
+from thinktier.deployments.request.ingress import sse_body
+from thinktier.deployments.request.tier_call import Deadline
+from thinktier.deployments.tier.protocol import TierChunk
 
 
 class TierStream:

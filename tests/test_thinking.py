@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from deployments.thinking import THINKING_BUDGET_ARG, ReasoningSplitter, ThinkingTokens, decode_limits, open_section
+from thinktier.deployments.tier.thinking import (
+    THINKING_BUDGET_ARG,
+    ReasoningSplitter,
+    ThinkingTokens,
+    decode_limits,
+    open_section,
+)
 
 TOKENS = ThinkingTokens(open_ids=(90, 10), close_ids=(91, 10, 10), end_id=91)
 """'<think>' is 90, '</think>' 91, a newline 10."""

@@ -10,13 +10,13 @@ import torch
 from vllm import SamplingParams
 from vllm.v1.sample.logits_processor import BatchUpdate, MoveDirectionality
 
-from deployments.engine import TierEngine
-from deployments.protocol import TierRequest, collect
-from deployments.thinking import THINKING_BUDGET_ARG
-from deployments.thinking_budget import PLACEHOLDER, ThinkingBudgetProcessor
-from policies.loader import load_policy
-from policies.schema import BudgetProcessor
 from tests.conftest import TINY_POLICY
+from thinktier.deployments.tier.engine import TierEngine
+from thinktier.deployments.tier.protocol import TierRequest, collect
+from thinktier.deployments.tier.thinking import THINKING_BUDGET_ARG
+from thinktier.deployments.tier.thinking_budget import PLACEHOLDER, ThinkingBudgetProcessor
+from thinktier.policies.loader import load_policy
+from thinktier.policies.schema import BudgetProcessor
 
 END = 7
 VOCAB = 16

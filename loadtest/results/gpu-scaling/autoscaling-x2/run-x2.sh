@@ -10,6 +10,6 @@ P=policies/examples/gpu-autoscaling.yaml
 sets="--set $name:server.http_proxy=serve --set $name:tiers.reasoning.pool.gpu_fraction=0.75 --set $name:tiers.chat.pool.gpu_fraction=0.25"
 sets="$sets --set $name:tiers.reasoning.replicas.max=2"
 [ "$name" = ongoing ] && sets="$sets --set ongoing:tiers.reasoning.autoscaling.signal=ongoing_requests"
-python3 -u -m cli.main bench fullstack --config "$name=$P" $sets --rate 1 --shape 0.5 --duration 180 --seed 1 \
+python3 -u -m thinktier bench fullstack --config "$name=$P" $sets --rate 1 --shape 0.5 --duration 180 --seed 1 \
   --mix medium=0.3,hard=0.7 --request-timeout 150 --out "$OUT" --deadline 555 > "$OUT/driver-$name.log" 2>&1
 tail -n 25 "$OUT/driver-$name.log"

@@ -8,10 +8,10 @@ set -u
 W="--workload B=$R/loadtest/results/gpu/workload-B.json"
 W="$W --workload Bef=$R/loadtest/results/gpu-scaling/priority/workload-B-easy-first.json"
 common="--policy policies/examples/h200-7b.yaml --model /tmp/r1q7b $W --drain-s 240"
-CUDA_VISIBLE_DEVICES=0 python3 -u -m cli.main bench gpu run $common --config fp8:B --config fp8-vllm-budget:B \
+CUDA_VISIBLE_DEVICES=0 python3 -u -m thinktier bench gpu run $common --config fp8:B --config fp8-vllm-budget:B \
   --out "$OUT/run-fcfs.json" > "$OUT/log-gpu0.txt" 2>&1 &
-CUDA_VISIBLE_DEVICES=1 python3 -u -m cli.main bench gpu run $common --config fp8-prio:Bef --config fp8-prio:B \
+CUDA_VISIBLE_DEVICES=1 python3 -u -m thinktier bench gpu run $common --config fp8-prio:Bef --config fp8-prio:B \
   --out "$OUT/run-priority.json" > "$OUT/log-gpu1.txt" 2>&1 &
 wait
 grep -h -E "engine up|done,|Error|Traceback" "$OUT"/log-gpu*.txt | tail -20
-python3 -m cli.main bench gpu table "$OUT"/run-*.json
+python3 -m thinktier bench gpu table "$OUT"/run-*.json

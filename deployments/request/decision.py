@@ -1,0 +1,80 @@
+"""What the router decides for one request, and how that decision is shown to clients."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from thinktier.policies.schema import DifficultyClass, Effort
+
+HEADER_PREFIX = "x-thinktier-"
+
+
+@dataclass(frozen=True)
+class DifficultyScore:
+    """The classifier's view of a prompt: a score in [0, 1] and class probabilities."""
+
+    score: float
+    probs: dict[DifficultyClass, float]
+    model_version: str
+
+    @property
+    def label(self) -> DifficultyClass:
+        return max(self.probs, key=lambda c: self.probs[c])
+
+
+@dataclass(frozen=True)
+class RoutingRequest:
+    """The parts of a client request the router looks at."""
+
+    prompt: str
+    model: str | None = None
+    reasoning_effort: Effort | None = None
+    max_thinking_tokens: int | None = None
+    max_answer_tokens: int | None = None
+    samples: int | None = None
+    tenant: str = "anonymous"
+    thinking_off: bool = False
+    """The caller asked for no thinking (reasoning_effort none/minimal, or thinking: false)."""
+    early_stop: bool = True
+    """False: every sample runs to its end and the thinking to its budget (no consensus stop, no certainty exit)."""
+    early_stop_agree: int | None = None
+    """Certainty exit needs at least this many agreeing probes (it can tighten the policy's, never loosen it)."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Tier, budgets and scheduling of one request, with the reason for each choice."""
+
+    tier: str
+    effort: Effort
+    difficulty: DifficultyClass
+    thinking_tokens: int
+    answer_tokens: int
+    samples: int
+    priority: int
+    reason: str
+    score: float | None = None
+    degraded: str | None = None
+    notes: tuple[str, ...] = field(default_factory=tuple)
+    consensus: int = 1
+    """Agreeing samples that stop the others; `samples` when nothing stops early."""
+    certainty_agree: int | None = None
+    """Agreeing probes that end the thinking (certainty exit); None when it is off."""
+
+    def headers(self) -> dict[str, str]:
+        """Response headers that make the decision visible to the client."""
+        headers = {
+            "tier": self.tier,
+            "effort": self.effort,
+            "difficulty": self.difficulty,
+            "thinking-budget": str(self.thinking_tokens),
+            "answer-budget": str(self.answer_tokens),
+            "samples": str(self.samples),
+            "priority": str(self.priority),
+            "reason": self.reason,
+        }
+        if self.score is not None:
+            headers["difficulty-score"] = f"{self.score:.4f}"
+        if self.degraded:
+            headers["degraded"] = self.degraded
+        return {HEADER_PREFIX + k: v for k, v in headers.items()}

@@ -1,0 +1,94 @@
+"""One call from the Ingress to a tier: under deadlines, retried once when it fails before anything reached the client.
+
+Kept apart from the Ingress deployment so that the retry and deadline rules are testable with fake handles.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from dataclasses import dataclass, replace
+from typing import Any
+
+from thinktier.deployments.request.openai_api import APIError
+from thinktier.deployments.tier.protocol import PromptTooLong, TierChunk, TierRequest
+from thinktier.policies.schema import Server
+
+logger = logging.getLogger("ray.serve")
+ATTEMPTS = 2
+"""A tier call that fails before the client saw anything is tried once more (Serve routes the retry)."""
+
+
+class TierFailed(Exception):
+    """The tier failed the request on every attempt, before anything was sent to the client."""
+
+
+def cause(exc: BaseException) -> BaseException:
+    """The user exception inside a Ray error (Ray wraps exceptions raised in other replicas)."""
+    return getattr(exc, "cause", None) or exc
+
+
+@dataclass(frozen=True)
+class Deadline:
+    """When a tier must answer: each chunk of a stream (the first too) within `idle_s`, the whole call by `end`
+    (time.monotonic()). Non-streamed calls are one reply, bound by `end` alone."""
+
+    idle_s: float
+    end: float
+
+    @classmethod
+    def of(cls, server: Server) -> Deadline:
+        return cls(server.tier_idle_timeout_s, time.monotonic() + server.tier_timeout_s)
+
+    def total_s(self) -> float:
+        return max(0.0, self.end - time.monotonic())
+
+    def chunk_s(self) -> float:
+        return min(self.idle_s, self.total_s())
+
+    def message(self) -> str:
+        return (f"the tier did not answer in time (policy: server.tier_idle_timeout_s, {self.idle_s:g} s for a chunk; "
+                "server.tier_timeout_s in all); the request was aborted")
+
+
+async def _bounded(awaitable: Any, timeout_s: float, cancel: Any) -> Any:
+    """`awaitable` within `timeout_s`; on a timeout or any other early exit (the client left) `cancel()` ends the
+    Serve request, which aborts the engine request."""
+    try:
+        return await asyncio.wait_for(awaitable, timeout_s)
+    except BaseException:
+        cancel()
+        raise
+
+
+async def call_once(handle: Any, request: TierRequest, streaming: bool, deadline: Deadline) -> tuple[TierChunk, Any]:
+    """The first chunk and the rest of the stream (streaming), or the whole completion and None."""
+    if streaming:
+        stream = handle.options(stream=True).generate.remote(request)
+        return await _bounded(stream.__anext__(), deadline.chunk_s(), stream.cancel), stream
+    response = handle.generate_all.remote(request)
+    return await _bounded(response, deadline.total_s(), response.cancel), None
+
+
+async def call_tier(
+    handle: Any, tier: str, request: TierRequest, streaming: bool, deadline: Deadline
+) -> tuple[TierChunk, Any]:
+    """`call_once`, tried again once when the tier fails; each attempt has its own engine request id (the engine keys
+    requests and aborts by it). A prompt too long is the client's 400 and a deadline passed is a 504: neither is
+    retried. TierFailed when every attempt failed."""
+    failures: list[Exception] = []
+    for attempt in range(1, ATTEMPTS + 1):
+        attempt_request = replace(request, request_id=f"{request.request_id}.{uuid.uuid4().hex[:12]}")
+        try:
+            return await call_once(handle, attempt_request, streaming, deadline)
+        except TimeoutError:
+            raise APIError(504, f"tier {tier!r}: {deadline.message()}", "server_error", code="timeout") from None
+        except Exception as exc:
+            if isinstance(cause(exc), PromptTooLong):
+                raise APIError(400, str(cause(exc)), param="messages", code="context_length_exceeded") from None
+            logger.warning("request %s: tier %s failed (attempt %d of %d): %s", request.request_id, tier, attempt,
+                           ATTEMPTS, cause(exc))
+            failures.append(exc)
+    raise TierFailed(f"tier {tier!r} failed the request {ATTEMPTS} times: {cause(failures[-1])}") from failures[-1]

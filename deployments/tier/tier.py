@@ -1,0 +1,89 @@
+"""Ray Serve deployment of one tier: a TierEngine per replica, reporting its load."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+from ray import serve
+from ray.serve.handle import DeploymentHandle
+
+from thinktier.deployments.tier.coalesce import coalesce
+from thinktier.deployments.tier.engine import TierEngine
+from thinktier.deployments.tier.protocol import TierChunk, TierRequest, collect
+from thinktier.deployments.tier.self_consistency import Embed
+from thinktier.policies.schema import Tier
+
+
+def _embedder(classifier: DeploymentHandle) -> Embed:
+    async def embed(texts: list[str]) -> list[list[float]]:
+        return await classifier.embed.remote(texts)
+
+    return embed
+
+
+@serve.deployment
+class TierReplica:
+    """One vLLM engine; streams TierChunks (coalesced, at most `stream_interval_s` apart) and pushes ReplicaStats
+    to the load board every interval."""
+
+    async def __init__(
+        self, name: str, tier: Tier, board: DeploymentHandle, stream_interval_s: float,
+        classifier: DeploymentHandle | None = None,
+    ) -> None:
+        """`classifier`: the difficulty classifier, whose embedder compares self-consistency samples' free-text
+        answers (without it they compare as text)."""
+        self.name = name
+        embed = None if classifier is None else _embedder(classifier)
+        self.engine = TierEngine(name, tier, embed=embed)
+        self._stream_interval_s = stream_interval_s
+        self._board = board
+        self._replica = serve.get_replica_context().replica_id.unique_id
+        self._interval_s = tier.autoscaling.metrics_interval_s
+        await self.engine.warmup()  # the replica counts as started (and the tier as ready) once it has decoded
+        self._reporter = asyncio.get_running_loop().create_task(self._report_forever())
+
+    async def _report_forever(self) -> None:
+        """Stats to the board every interval (each report within one interval) while the engine lives. A dead engine's
+        last numbers are not reported again: the replica leaves the board at once, so the Ingress stops routing to it
+        and /readyz counts it out until Serve has replaced it (check_health)."""
+        while not self._engine_dead():
+            with contextlib.suppress(Exception):  # the board may be restarting; the next report catches up
+                await asyncio.wait_for(self._board.report.remote(self.name, self._replica, self.engine.stats()),
+                                       self._interval_s)
+            await asyncio.sleep(self._interval_s)
+        with contextlib.suppress(Exception):  # else the board drops it once its last report is stale
+            await asyncio.wait_for(self._board.forget.remote(self.name, self._replica), self._interval_s)
+
+    def _engine_dead(self) -> bool:
+        """vLLM's liveness: its engine core process is gone or its output loop failed."""
+        return self.engine.engine.errored
+
+    async def check_health(self) -> None:
+        """Serve calls this every health_check_period_s; raising marks the replica unhealthy and Serve replaces it."""
+        if self._engine_dead():
+            raise RuntimeError(f"tier {self.name!r}: the vLLM engine of replica {self._replica} is dead")
+
+    async def generate(self, request: TierRequest) -> AsyncIterator[TierChunk]:
+        first = True
+        async for chunk in coalesce(self.engine.generate(request), self._stream_interval_s):
+            if first:
+                chunk.replica, first = self._replica, False
+            yield chunk
+
+    async def generate_all(self, request: TierRequest) -> TierChunk:
+        """The whole completion in one reply (non-streaming clients: one RPC instead of one per step)."""
+        whole = await collect(self.engine.generate(request))
+        whole.replica = self._replica
+        return whole
+
+    def record_autoscaling_stats(self) -> dict[str, float]:
+        return self.engine.stats().as_metrics()
+
+    def record_routing_stats(self) -> dict[str, float]:
+        return self.engine.stats().as_metrics()
+
+    def __del__(self) -> None:
+        self._reporter.cancel()
+        self.engine.shutdown()

@@ -1,0 +1,182 @@
+"""The simulator against real runs: each case replays a recorded workload through the simulation and sets its
+per-class goodput and p50/p99 TTFVT beside the measured ones, with the relative error of each.
+
+Two kinds of case: a full-stack load test (`thinktier loadtest run` or `bench fullstack`: its report.json names the
+seeded workload, the policy file is given), replayed through the whole simulated cluster; and a bare-engine run of
+`thinktier bench gpu` (one TierEngine, a workload file with each request's budget and priority), replayed through one
+simulated replica.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from thinktier.loadtest.bench.gpu_bench import class_summary
+from thinktier.loadtest.report import Report
+from thinktier.loadtest.sim.plan import PlanInputs, simulate
+from thinktier.loadtest.sim.sim_cluster import SimSettings
+from thinktier.loadtest.sim.sim_profile import HardwareProfile, profile_for
+from thinktier.loadtest.sim.sim_replica import SimReplica, SimRequest
+from thinktier.loadtest.sim.sim_workload import TEMPLATE_TOKENS, WorkloadSpec
+from thinktier.policies.loader import load_policy
+from thinktier.policies.schema import Policy
+
+CLASSES = ("easy", "medium", "hard", "chat")
+
+
+@dataclass(frozen=True)
+class Figure:
+    name: str
+    real: float | None
+    sim: float | None
+
+    @property
+    def error(self) -> float | None:
+        """(sim - real) / real."""
+        if self.real is None or self.sim is None or self.real == 0:
+            return None
+        return (self.sim - self.real) / self.real
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    kind: str
+    figures: list[Figure]
+
+
+def _class_figures(cls: str, real: dict[str, Any], sim: dict[str, Any]) -> list[Figure]:
+    return [
+        Figure(f"{cls} goodput req/s", real.get("goodput"), sim.get("goodput")),
+        Figure(f"{cls} TTFVT p50 s", real.get("p50"), sim.get("p50")),
+        Figure(f"{cls} TTFVT p99 s", real.get("p99"), sim.get("p99")),
+    ]
+
+
+def _report_classes(report: Report) -> dict[str, dict[str, Any]]:
+    run = report.runs[0]
+    return {c: {"goodput": s.goodput_rps, "p50": s.ttfvt_s.p50, "p99": s.ttfvt_s.p99} for c, s in run.classes.items()}
+
+
+def fullstack_case(
+    name: str, report_path: Path, policy_path: Path, lengths: str = "budget", settings: SimSettings | None = None
+) -> Case:
+    """A recorded load test against thinktier, replayed through the simulated cluster."""
+    real = Report.model_validate_json(report_path.read_text())
+    inputs = PlanInputs(load_policy(policy_path), WorkloadSpec.from_report(report_path), lengths, settings or SimSettings())
+    result = simulate(inputs)
+    real_classes, sim_classes = _report_classes(real), _report_classes(result.report)
+    figures = [Figure("goodput req/s", real.runs[0].goodput_rps, result.run.goodput_rps),
+               Figure("output tok/s", real.runs[0].tps, result.run.tps)]
+    for cls in CLASSES:
+        if cls in real_classes:
+            figures += _class_figures(cls, real_classes[cls], sim_classes.get(cls, {}))
+    return Case(name, "full stack", figures)
+
+
+def replay_engine(
+    workload: dict[str, Any], policy: Policy, tier: str, profile: HardwareProfile, priority: bool, drain_s: float,
+    kv_tokens: int,
+) -> dict[str, Any]:
+    """A `thinktier bench gpu` workload through one simulated replica of `tier` with `kv_tokens` of KV cache, cut
+    `drain_s` after the last arrival; per class, in the bench's own summary form."""
+    config = policy.tiers[tier]
+    replica = SimReplica(
+        "engine", profile, kv_tokens, config.engine.max_num_seqs,
+        config.engine.max_num_batched_tokens or 8192, priority, config.stragglers,
+    )
+    requests = []
+    for item in workload["requests"]:
+        request = SimRequest(
+            item["index"], item["difficulty"], item["prompt_id"], item["send_at_s"],
+            len(item["text"]) // 4 + TEMPLATE_TOKENS, item["thinking_tokens"], item["answer_tokens"], item["priority"],
+        )
+        replica.submit(request, request.arrival_s)
+        requests.append(request)
+    replica.advance_to(workload["duration_s"] + drain_s)
+    per_class = {}
+    for cls in ("easy", "medium", "hard"):
+        records = [_EngineRecord(r) for r in requests if r.request_class == cls]
+        per_class[cls] = class_summary(records, policy.slos[cls])  # type: ignore[arg-type]
+    return per_class
+
+
+@dataclass(frozen=True)
+class _EngineRecord:
+    """A simulated request in the shape `gpu_bench.class_summary` reads."""
+
+    request: SimRequest
+
+    @property
+    def difficulty(self) -> str:
+        return self.request.request_class
+
+    @property
+    def e2e_s(self) -> float | None:
+        return None if self.request.end_s is None else self.request.end_s - self.request.arrival_s
+
+    @property
+    def ttft_s(self) -> float | None:
+        r = self.request
+        return None if r.first_token_s is None else r.first_token_s - r.arrival_s
+
+    @property
+    def ttfvt_s(self) -> float | None:
+        r = self.request
+        return None if r.first_answer_s is None else r.first_answer_s - r.arrival_s
+
+    @property
+    def reasoning_tokens(self) -> int:
+        return self.request.thinking_tokens
+
+    @property
+    def answer_tokens(self) -> int:
+        return self.request.answer_tokens
+
+
+def engine_case(
+    name: str, run_path: Path, config: str, workload_path: Path, policy_path: Path, step: str | None = None
+) -> Case:
+    """One configuration of a recorded `thinktier bench gpu run`, replayed through one simulated replica. `step`: the
+    workload's name in the run (`--workload NAME=PATH`); the name inside the workload file when None."""
+    run = json.loads(run_path.read_text())
+    workload = json.loads(workload_path.read_text())
+    result = next(r for r in run["results"] if r["config"] == config and (step or workload["name"]) in r["workloads"])
+    real = result["workloads"][step or workload["name"]]
+    policy = load_policy(policy_path)
+    tier = policy.routing.reasoning_tier
+    priority = result["engine"].get("scheduling_policy") == "priority"
+    profile = profile_for(policy.tiers[tier])
+    sim = replay_engine(workload, policy, tier, profile, priority, run["drain_s"], result["kv_capacity_tokens"])
+    duration = workload["duration_s"]
+    figures = [Figure("goodput req/s", real["goodput_rps"], sum(c["met_slo"] for c in sim.values()) / duration)]
+    for cls in ("easy", "medium", "hard"):
+        r, s = real["per_class"][cls], sim[cls]
+        figures += [
+            Figure(f"{cls} finished", r["finished"], s["finished"]),
+            Figure(f"{cls} TTFVT p50 s", r["ttfvt_s"]["p50"], s["ttfvt_s"]["p50"]),
+            Figure(f"{cls} TTFVT p99 s", r["ttfvt_s"]["p99"], s["ttfvt_s"]["p99"]),
+        ]
+    return Case(name, "bare engine", figures)
+
+
+def markdown(cases: Sequence[Case]) -> str:
+    lines = ["# The simulator against real runs", ""]
+    errors = [abs(f.error) for c in cases for f in c.figures if f.error is not None]
+    if errors:
+        within = sum(e <= 0.25 for e in errors)
+        lines += [f"{within} of {len(errors)} figures within 25 % ({sum(e <= 0.10 for e in errors)} within 10 %); "
+                  f"median absolute error {sorted(errors)[len(errors) // 2]:.0%}.", ""]
+    for case in cases:
+        lines += [f"## {case.name} ({case.kind})", "", "| figure | real | simulated | error |", "|---|---|---|---|"]
+        for f in case.figures:
+            real = "-" if f.real is None else f"{f.real:.3g}"
+            sim = "-" if f.sim is None else f"{f.sim:.3g}"
+            error = "-" if f.error is None else f"{f.error:+.0%}"
+            lines.append(f"| {f.name} | {real} | {sim} | {error} |")
+        lines.append("")
+    return "\n".join(lines)

@@ -1,0 +1,1 @@
+"""What the project trains, with its data: the difficulty classifier (and the artifacts deployments/ loads)."""

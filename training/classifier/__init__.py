@@ -1,0 +1,1 @@
+"""Training the difficulty classifier: recipes, cross-validation and the artifact writer."""
