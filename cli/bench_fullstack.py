@@ -1,5 +1,5 @@
 """`thinktier bench fullstack`: the whole stack (Serve's proxy, Ingress, tiers, vLLM) on a GPU machine, measured at
-the front door, policy after policy (loadtest/bench/fullstack.py)."""
+the front door, policy after policy (loadtest/bench/fullstack/)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from thinktier.loadtest.bench import fullstack
-from thinktier.loadtest.bench.fullstack_report import write_summary
-from thinktier.loadtest.bench.fullstack_targets import Config, Kind
+from thinktier.loadtest.bench.fullstack import fullstack_driver
+from thinktier.loadtest.bench.fullstack.fullstack_report import write_summary
+from thinktier.loadtest.bench.fullstack.fullstack_settings import MIN_CONFIG_S, LoadArgs, Settings
+from thinktier.loadtest.bench.fullstack.fullstack_targets import Config, Kind
 from thinktier.loadtest.workload import Mix
 from thinktier.policies.loader import PolicyError, dump_policy, load_policy, load_policy_with
 
@@ -85,7 +86,7 @@ def _fullstack(args: argparse.Namespace) -> int:
     if args.summarize is not None:
         print(write_summary(args.summarize), end="")
         if args.baseline is not None:
-            from thinktier.loadtest.bench.fullstack_compare import write_comparison  # lazily: matplotlib is slow to import
+            from thinktier.loadtest.bench.fullstack.fullstack_compare import write_comparison  # lazily: matplotlib imports slowly
 
             try:
                 print(write_comparison(args.summarize, args.baseline), end="")
@@ -110,9 +111,9 @@ def _fullstack(args: argparse.Namespace) -> int:
     if problem is not None:
         print(f"bench fullstack: {problem}", file=sys.stderr)
         return 2
-    load = fullstack.LoadArgs(slo_policy, args.rate, args.shape, args.duration, args.seed, args.mix, args.request_timeout)
-    settings = fullstack.Settings(args.out, load, args.port, args.ready_timeout, args.sample_every, args.deadline)
-    runs = fullstack.run(configs, settings)
+    load = LoadArgs(slo_policy, args.rate, args.shape, args.duration, args.seed, args.mix, args.request_timeout)
+    settings = Settings(args.out, load, args.port, args.ready_timeout, args.sample_every, args.deadline)
+    runs = fullstack_driver.run(configs, settings)
     print((args.out / "fullstack.md").read_text() if runs else "no policy was run", flush=True)
     return 0 if len(runs) == len(configs) and not any(r.error for r in runs) else 1
 
@@ -151,7 +152,7 @@ def add_fullstack(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--sample-every", type=float, default=2.0, help="seconds between CPU and /metrics samples (default 2)")
     p.add_argument("--deadline", type=float, default=570.0,
                    help="seconds from the start by which all must be done; a config is skipped when fewer than "
-                   f"{fullstack.MIN_CONFIG_S:.0f} + --duration s are left (start-up, arrivals, drain, stop) (default 570)")
+                   f"{MIN_CONFIG_S:.0f} + --duration s are left (start-up, arrivals, drain, stop) (default 570)")
     p.add_argument("--out", type=Path, default=None, help="output folder")
     p.add_argument("--summarize", type=Path, default=None, metavar="DIR",
                    help="only rebuild DIR/fullstack.md from the NAME-fullstack.json and NAME-report.json there")

@@ -20,19 +20,13 @@ from thinktier.cli.bench_fullstack import add_fullstack
 from thinktier.cli.main import build_parser
 from thinktier.deployments.request.metrics import ServiceMetrics
 from thinktier.deployments.tier.replica_stats import ReplicaStats
-from thinktier.loadtest.bench import fullstack
-from thinktier.loadtest.bench.fullstack import (
-    LoadArgs,
-    cpu_stats,
-    failures,
-    idle_summary,
-    load_window,
-    loadtest_command,
-    parse_series,
-)
-from thinktier.loadtest.bench.fullstack_record import ConfigRun, CpuStat, Failures, IdleProbe, Sample
-from thinktier.loadtest.bench.fullstack_report import summary_line, summary_row, write_summary
-from thinktier.loadtest.bench.fullstack_targets import PEER_FINAL, THINKTIER_FINAL, Config
+from thinktier.loadtest.bench.fullstack.fullstack_record import ConfigRun, CpuStat, Failures, IdleProbe, Sample
+from thinktier.loadtest.bench.fullstack.fullstack_report import summary_line, summary_row, write_summary
+from thinktier.loadtest.bench.fullstack.fullstack_requests import failures, idle_summary, loadtest_command
+from thinktier.loadtest.bench.fullstack.fullstack_sampler import cpu_stats, load_window, parse_series
+from thinktier.loadtest.bench.fullstack.fullstack_server import ServerProcess
+from thinktier.loadtest.bench.fullstack.fullstack_settings import MIN_CONFIG_S, Clock, LoadArgs, min_left_s
+from thinktier.loadtest.bench.fullstack.fullstack_targets import PEER_FINAL, THINKTIER_FINAL, Config
 from thinktier.loadtest.bench.process_cpu import ClassCPU, ProcCPU, by_class, classify, parse_stat, process_loads, read_processes
 from thinktier.loadtest.client import RequestResult
 from thinktier.loadtest.metrics_scraper import MetricsTimeline, TierSample
@@ -337,8 +331,8 @@ def test_summary_line_names_the_figures_or_why_there_are_none() -> None:
 
 def test_a_policy_is_started_only_with_time_for_start_up_arrivals_and_stop() -> None:
     load = LoadArgs(TIERED, 4.0, 0.5, 90.0, 1, "easy=1", 180.0)
-    assert fullstack.MIN_CONFIG_S == 240
-    assert fullstack.min_left_s(load) == 330  # so two such policies never share a 570 s call
+    assert MIN_CONFIG_S == 240
+    assert min_left_s(load) == 330  # so two such policies never share a 570 s call
 
 
 # ---- the command ----------------------------------------------------------------------------------------
@@ -401,12 +395,12 @@ def test_a_peer_is_ready_only_once_it_says_so(tmp_path: Path) -> None:
     url = f"http://127.0.0.1:{server.server_address[1]}/v1/models"
     say = "import time; print('engines starting', flush=True); time.sleep(1.5); print('{}', flush=True); time.sleep(30)"
     try:
-        serving = fullstack.ServerProcess([sys.executable, "-c", say.format(PEER_READY_LINE + " x")], tmp_path / "a.log")
+        serving = ServerProcess([sys.executable, "-c", say.format(PEER_READY_LINE + " x")], tmp_path / "a.log")
         started = time.monotonic()
         assert serving.wait_ready(url, 20, PEER_READY_LINE) is None
         assert time.monotonic() - started >= 1.5  # the ingress answered all along; the line came later
-        serving.stop(5, fullstack.Clock(60))
-        silent = fullstack.ServerProcess([sys.executable, "-c", "print('engines starting')"], tmp_path / "b.log")
+        serving.stop(5, Clock(60))
+        silent = ServerProcess([sys.executable, "-c", "print('engines starting')"], tmp_path / "b.log")
         assert silent.wait_ready(url, 20, PEER_READY_LINE) == "the server exited with 0"
     finally:
         server.shutdown()

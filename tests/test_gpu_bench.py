@@ -12,21 +12,12 @@ import pytest
 
 from thinktier.cli.main import build_parser
 from thinktier.cli.main import main as thinktier_main
-from thinktier.cluster.serve_config import engine_env
-from thinktier.loadtest.bench import gpu_bench
-from thinktier.loadtest.bench.gpu_bench import (
-    CONFIGS,
-    RequestRecord,
-    Sample,
-    Workload,
-    build_workload,
-    configured_tier,
-    fit_step_profile,
-    markdown_table,
-    parse_plan,
-    step_profile_file,
-    summarize,
-)
+from thinktier.deployments.tier.engine import engine_env
+from thinktier.loadtest.bench.gpu import gpu_bench, gpu_device
+from thinktier.loadtest.bench.gpu.gpu_configs import CONFIGS, configured_tier, parse_plan
+from thinktier.loadtest.bench.gpu.gpu_results import RequestRecord, Sample, markdown_table, summarize
+from thinktier.loadtest.bench.gpu.gpu_step_profile import fit_step_profile, step_profile_file
+from thinktier.loadtest.bench.gpu.gpu_workload import Workload, build_workload
 from thinktier.loadtest.workload import Mix, PromptPool
 from thinktier.policies.loader import load_policy
 from thinktier.policies.schema import SLO
@@ -198,7 +189,7 @@ def test_run_on_a_cpu_tier_names_the_cpu(tmp_path, monkeypatch) -> None:
         return {"config": name, "workloads": {}}
 
     monkeypatch.setattr(gpu_bench, "run_config", run_config)
-    monkeypatch.setattr(gpu_bench, "_cpu_name", lambda: "Some CPU")
+    monkeypatch.setattr(gpu_device, "cpu_name", lambda: "Some CPU")
     settings = gpu_bench.RunSettings("builtin:tiny-random", "auto", 0.03, 0.9, False, 0, [1], [128], 1)
     report = gpu_bench.run(str(CPU_POLICY), {}, [("auto-prio", ["profile"])], settings, tmp_path / "r.json", "cmd")
     assert report["gpu"] == "Some CPU"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import venv
@@ -11,13 +12,20 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+LAYERS = ("cli", "cluster", "deployments", "loadtest", "policies", "training")
+IGNORED = shutil.ignore_patterns("__pycache__", "results")
 
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("wheel")
+    """The wheel pip builds from a copy of the working tree (setuptools' build/ folder would carry stale modules)."""
+    source, out = tmp_path_factory.mktemp("source"), tmp_path_factory.mktemp("wheel")
+    for name in ("pyproject.toml", "README.md", "thinktier", *LAYERS):
+        copy = shutil.copytree if (ROOT / name).is_dir() and not (ROOT / name).is_symlink() else shutil.copy
+        copy(ROOT / name, source / name, **({"symlinks": True, "ignore": IGNORED} if copy is shutil.copytree else {}))
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "--wheel-dir", str(out), str(ROOT)],
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "--wheel-dir", str(out),
+         str(source)],
         check=True, capture_output=True, cwd=out,
     )
     (built,) = out.glob("thinktier-*.whl")
@@ -26,8 +34,10 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_the_wheel_installs_one_import_package_with_every_module_and_data_file(wheel: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
-    assert {name.split("/")[0] for name in names} == {"thinktier", f"{wheel.name.split('-')[0]}-{wheel.name.split('-')[1]}.dist-info"}
-    in_source = {p.relative_to(ROOT / "thinktier").as_posix() for p in (ROOT / "thinktier").rglob("*.py")}
+    dist_info = "-".join(wheel.name.split("-")[:2]) + ".dist-info"
+    assert {name.split("/")[0] for name in names} == {"thinktier", dist_info}
+    in_source = {p.name for p in (ROOT / "thinktier").glob("*.py")}
+    in_source |= {p.relative_to(ROOT).as_posix() for layer in LAYERS for p in (ROOT / layer).rglob("*.py")}
     assert {name.removeprefix("thinktier/") for name in names if name.endswith(".py")} == in_source
     assert "thinktier/policies/default.yaml" in names
     assert "thinktier/deployments/classifier/artifacts/difficulty-v5.json" in names

@@ -16,8 +16,8 @@ from dataclasses import asdict, dataclass, field
 from itertools import pairwise
 from pathlib import Path
 
-from thinktier.loadtest.bench.fullstack_compare import rebuilt
-from thinktier.loadtest.bench.fullstack_record import ConfigRun, saved_runs
+from thinktier.loadtest.bench.fullstack.fullstack_compare import rebuilt
+from thinktier.loadtest.bench.fullstack.fullstack_record import ConfigRun, saved_runs
 from thinktier.loadtest.metrics_scraper import TierSample
 from thinktier.loadtest.report import RunReport
 from thinktier.policies.loader import parse_policy

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from thinktier.loadtest.bench.gpu_bench import class_summary
+from thinktier.loadtest.bench.gpu.gpu_results import class_summary
 from thinktier.loadtest.report import Report
 from thinktier.loadtest.sim.plan import PlanInputs, simulate
 from thinktier.loadtest.sim.sim_cluster import SimSettings
@@ -107,7 +107,7 @@ def replay_engine(
 
 @dataclass(frozen=True)
 class _EngineRecord:
-    """A simulated request in the shape `gpu_bench.class_summary` reads."""
+    """A simulated request in the shape `gpu_results.class_summary` reads."""
 
     request: SimRequest
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from thinktier.loadtest.bench.fullstack_record import IDLE_ANSWER_TOKENS, ConfigRun, CpuStat, saved_runs
+from thinktier.loadtest.bench.fullstack.fullstack_record import IDLE_ANSWER_TOKENS, ConfigRun, CpuStat, saved_runs
 from thinktier.loadtest.report import Percentiles, Report
 from thinktier.loadtest.workload import REQUEST_CLASSES
 

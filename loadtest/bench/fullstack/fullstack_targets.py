@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from thinktier.loadtest.bench.fullstack_record import IDLE_ANSWER_TOKENS
+from thinktier.loadtest.bench.fullstack.fullstack_record import IDLE_ANSWER_TOKENS
 from thinktier.loadtest.client import RequestOptions
 from thinktier.loadtest.ray_llm_target import PEER_MODEL_ID, PEER_READY_LINE, peer_options
 from thinktier.policies.schema import Policy

@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from thinktier.loadtest.bench.fullstack_record import read_jsonl, saved_runs
-from thinktier.loadtest.bench.fullstack_report import saved_report
+from thinktier.loadtest.bench.fullstack.fullstack_record import read_jsonl, saved_runs
+from thinktier.loadtest.bench.fullstack.fullstack_report import saved_report
 from thinktier.loadtest.client import RequestResult
 from thinktier.loadtest.compare import markdown, side_by_side
 from thinktier.loadtest.metrics_scraper import MetricsTimeline

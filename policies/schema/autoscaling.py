@@ -1,0 +1,60 @@
+"""How a tier meets load: the autoscaler's targets, when a request counts as a straggler, how the router weighs replicas."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from thinktier.policies.schema.base import StrictModel
+
+
+class Autoscaling(StrictModel):
+    """Targets of the KV- and straggler-aware autoscaler (per tier)."""
+
+    signal: Literal["kv_and_stragglers", "ongoing_requests"] = Field(
+        "kv_and_stragglers",
+        description="What the tier scales on: KV occupancy and stragglers (queue depth as a floor), or Ray Serve's "
+        "default ongoing-requests policy (a baseline for comparisons).",
+    )
+    target_kv_occupancy: float = Field(0.7, gt=0, le=1, description="Scale up when mean KV occupancy stays above this.")
+    scale_down_kv_occupancy: float = Field(0.3, ge=0, lt=1, description="Scale down only when KV occupancy stays below this.")
+    max_stragglers_per_replica: float = Field(2, ge=0, description="Scale up when stragglers per replica pass this.")
+    target_ongoing_requests: float = Field(8, gt=0, description="Queue-depth floor: replicas >= ongoing / this.")
+    upscale_delay_s: float = Field(5, ge=0, description="Condition must hold this long before scaling up.")
+    downscale_delay_s: float = Field(30, ge=0, description="Condition must hold this long before scaling down.")
+    metrics_interval_s: float = Field(1.0, gt=0, description="How often replicas push their stats.")
+
+    @model_validator(mode="after")
+    def _hysteresis(self) -> Autoscaling:
+        if self.scale_down_kv_occupancy >= self.target_kv_occupancy:
+            raise ValueError(
+                f"scale_down_kv_occupancy ({self.scale_down_kv_occupancy}) must be below "
+                f"target_kv_occupancy ({self.target_kv_occupancy}) or the tier flaps"
+            )
+        return self
+
+
+class Stragglers(StrictModel):
+    """When a running request counts as a straggler."""
+
+    thinking_tokens: int = Field(2048, ge=1, description="Past this many thinking tokens.")
+    elapsed_s: float = Field(60, gt=0, description="Or running longer than this.")
+
+
+class RouterWeights(StrictModel):
+    """How the tier's request router scores its replicas for each request; the lowest score gets the request.
+
+    Each key names one of the router's scorers (cluster/scorers/), and its weight is in units of "one more request in
+    the replica's queue"."""
+
+    queue: float = Field(1.0, ge=0, description="Per request running on or queued at the replica.")
+    kv: float = Field(
+        2.0, ge=0, description="Times occupancy / headroom of the KV cache: 0.5 at half full, 2.3 at 70%, 49 at 98%."
+    )
+    straggler: float = Field(
+        2.0, ge=0, description="Per straggler on the replica: it holds KV and a batch slot it will not release soon."
+    )
+    long_running: float = Field(
+        3.0, ge=0, description="Per long (hard-class) request on the replica; counted for hard requests only."
+    )
