@@ -23,8 +23,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from thinktier.cluster.serve_config import APP_NAME, INGRESS, tier_deployment_name
+from thinktier.cluster.serve_config import APP_NAME
+from thinktier.deployments.request.ingress import INGRESS
 from thinktier.deployments.request.metrics import LATENCY_BUCKETS, PREFIX, RELOADS
+from thinktier.deployments.tier.tier import tier_deployment_name
 from thinktier.policies.schema import DifficultyClass, Policy
 
 RUNBOOKS = "helm/thinktier/README.md"

@@ -1,7 +1,8 @@
 """The application builder: one policy in, the bound Serve application out.
 
 `serve run thinktier.cluster.app:build_app policy_path=FILE` and the RayService's serveConfigV2
-both come through here; deployment options come from cluster/serve_config.py.
+both come through here. The deployment classes are plain classes that state their own options; here each becomes a
+Serve deployment with the options cluster/serve_config.py composes, bound to the handles of the others.
 """
 
 from __future__ import annotations
@@ -9,12 +10,14 @@ from __future__ import annotations
 from typing import Any
 
 from pydantic import BaseModel
+from ray import serve
 from ray.serve import Application
 
-from thinktier.cluster.serve_config import CLASSIFIER, INGRESS, LOAD_BOARD, deployment_options, tier_deployment_name
-from thinktier.deployments.request.ingress import Ingress
-from thinktier.deployments.request.load_board import LoadBoard
-from thinktier.deployments.tier.tier import TierReplica
+from thinktier.cluster.serve_config import deployment_options
+from thinktier.deployments.classifier.classifier import CLASSIFIER, DifficultyClassifier
+from thinktier.deployments.request.ingress import INGRESS, Ingress
+from thinktier.deployments.request.load_board import LOAD_BOARD, LoadBoard
+from thinktier.deployments.tier.tier import TierReplica, tier_deployment_name
 from thinktier.policies.loader import load_policy
 from thinktier.policies.schema import Policy
 
@@ -35,18 +38,17 @@ def build_app(args: dict[str, Any] | AppArgs) -> Application:
     options = deployment_options(policy, in_pools=args.in_pools)
     classifier = None
     if policy.routing.classifier.enabled:
-        from thinktier.deployments.classifier.classifier import DifficultyClassifier
-
-        classifier = DifficultyClassifier.options(**options[CLASSIFIER]).bind(policy.routing.classifier)
-    board = LoadBoard.options(**options[LOAD_BOARD]).bind(STALE_AFTER_INTERVALS * _longest_interval(policy))
+        classifier = serve.deployment(**options[CLASSIFIER])(DifficultyClassifier).bind(policy.routing.classifier)
+    board = serve.deployment(**options[LOAD_BOARD])(LoadBoard).bind(stale_after_s(policy))
     tiers = {
-        name: TierReplica.options(**options[tier_deployment_name(name)]).bind(
+        name: serve.deployment(**options[tier_deployment_name(name)])(TierReplica).bind(
             name, tier, board, policy.server.stream_interval_ms / 1000, classifier
         )
         for name, tier in policy.tiers.items()
     }
-    return Ingress.options(**options[INGRESS]).bind(policy, args.policy_path, board, tiers, classifier)
+    return serve.deployment(**options[INGRESS])(Ingress).bind(policy, args.policy_path, board, tiers, classifier)
 
 
-def _longest_interval(policy: Policy) -> float:
-    return max(tier.autoscaling.metrics_interval_s for tier in policy.tiers.values())
+def stale_after_s(policy: Policy) -> float:
+    """How long the load board keeps a replica's last report: STALE_AFTER_INTERVALS of the longest stats interval."""
+    return STALE_AFTER_INTERVALS * max(tier.autoscaling.metrics_interval_s for tier in policy.tiers.values())

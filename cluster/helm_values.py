@@ -31,7 +31,9 @@ import yaml
 from pydantic import BaseModel
 
 from thinktier.cluster.alerts import alert_rules
-from thinktier.cluster.serve_config import GIB, INGRESS_DRAIN_MARGIN_S, pool_resource, ray_env, serve_config
+from thinktier.cluster.serve_config import pool_resource, ray_env, serve_config
+from thinktier.deployments.request.ingress import INGRESS_DRAIN_MARGIN_S
+from thinktier.deployments.tier.engine import GIB
 from thinktier.policies.loader import DEFAULT_POLICY, load_policy
 from thinktier.policies.schema import ENV_NAME, Policy, Pool, Replicas, Server, Tier
 

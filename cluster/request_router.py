@@ -5,14 +5,10 @@ request alike. Reasoning requests are not alike: a replica whose KV cache is
 nearly full will queue or preempt a new request however few requests it holds,
 stragglers hold KV and batch slots long after their peers finished, and a hard
 request placed beside other long ones makes all of them contend for the same
-KV for minutes. `score_replica` (pure, lower is better) weighs these; the
-`KVAwareRequestRouter` ranks the tier's replicas by it for every request. The weights of
-its terms are the tier's `router_weights` in the policy.
-
-The replica's queue length is always part of the score. Engine stats arrive
-every `request_routing_stats_period_s`, so between two reports every replica
-looks the same; only the queue length, which the router updates as it sends,
-makes a burst spread instead of piling onto the replica that looked best.
+KV for minutes. Each of these is a scorer (cluster/scorers/, one per module);
+`score_replica` (pure, lower is better) adds them up, each times its weight from
+the tier's `router_weights` in the policy, and the `KVAwareRequestRouter` ranks the
+tier's replicas by it for every request.
 """
 
 from __future__ import annotations
@@ -24,33 +20,20 @@ from typing import Any
 
 from ray.serve.request_router import PendingRequest, ReplicaID, ReplicaResult, RequestRouter, RunningReplica
 
+from thinktier.cluster.scorers.candidate import Candidate
+from thinktier.cluster.scorers.registry import total_score, weighted_scorers
 from thinktier.deployments.tier.replica_stats import ReplicaStats
 from thinktier.policies.schema import DifficultyClass, RouterWeights
 
 ROUTER_IMPORT_PATH = "thinktier.cluster.request_router:KVAwareRequestRouter"
 DIFFICULTIES: tuple[DifficultyClass, ...] = ("easy", "medium", "hard")
-MIN_KV_HEADROOM = 0.01
-"""Headroom floor of the KV term, so a full replica scores high but finite (it stays a last resort)."""
-
-
 DEFAULT_WEIGHTS = RouterWeights()
 
 
 def score_replica(stats: ReplicaStats, queue_len: int, hard: bool, weights: RouterWeights) -> float:
-    """Cost of sending one more request to a replica; lower is better.
-
-    The KV term grows like occupancy / headroom (the M/M/1 waiting-time shape): near
-    zero on an idle cache, steep as it fills, so two requests on a full cache cost more
-    than twenty on an empty one. Hard requests also pay for the long requests already
-    there, because those are the ones that will compete with them for KV for minutes.
-    """
-    kv = min(max(stats.kv_occupancy, 0.0), 1.0)
-    score = weights.queue * queue_len
-    score += weights.kv * kv / max(1.0 - kv, MIN_KV_HEADROOM)
-    score += weights.straggler * stats.num_stragglers
-    if hard:
-        score += weights.long_running * stats.num_long_running
-    return score
+    """Cost of sending one more request to a replica, in requests of its queue: the weighted sum of the scorers that
+    `weights` name (cluster/scorers/registry.py); lower is better."""
+    return total_score(Candidate(stats, queue_len, hard), weights)
 
 
 def difficulty_of(args: list[Any], kwargs: dict[str, Any]) -> DifficultyClass | None:
@@ -81,6 +64,7 @@ class KVAwareRequestRouter(RequestRouter):
 
     def initialize_state(self, **kwargs: Any) -> None:
         self.weights = RouterWeights.model_validate(kwargs)
+        weighted_scorers(self.weights)  # every weight names a registered scorer, or the router fails at its start
         # (internal request id, replica) -> hardness of each call in flight; one request id can
         # cover several calls (e.g. a parent request's self-consistency samples).
         self._in_flight: dict[tuple[str, ReplicaID], list[bool]] = {}

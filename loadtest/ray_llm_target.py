@@ -13,18 +13,16 @@ import os
 import time
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any
+from typing import Any, cast
 
 import httpx
 
-from thinktier.cluster.serve_config import replica_count_options
+from thinktier.deployments.serve_options import replica_count_options
 from thinktier.deployments.tier.engine import engine_kwargs
 from thinktier.deployments.tier.models import resolve_model
 from thinktier.loadtest.client import RequestOptions
 from thinktier.policies.schema import Policy, Tier
 
-REASONING_PARSER = "deepseek_r1"
-"""Reads the text up to the closing think token as `reasoning`, the opening one being in the prompt, as on R1 models."""
 THINKTIER_ONLY_ENGINE_ARGS = ("model", "scheduling_policy")
 """Not passed on: Ray Serve LLM names the model itself, and it sets no request priorities to schedule by."""
 PEER_MODEL_ID = "ray-llm"
@@ -55,10 +53,23 @@ def thinking_chat_template(model_path: str, think_start: str) -> str | None:
 
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     opened = think_start + "\n"
-    rendered = tokenizer.apply_chat_template([{"role": "user", "content": "x"}], tokenize=False, add_generation_prompt=True)
+    # Typed as any of its results; with tokenize=False it is the rendered text.
+    rendered = cast(
+        str, tokenizer.apply_chat_template([{"role": "user", "content": "x"}], tokenize=False, add_generation_prompt=True)
+    )
     if rendered.endswith(opened):
         return None
     return tokenizer.chat_template + "{% if add_generation_prompt %}" + opened + "{% endif %}"
+
+
+def thinking_start(tier: Tier, model_path: str) -> str:
+    """What opens the tier's thinking section: the start string of its reasoning parser, checked as the tier's own engine
+    checks it."""
+    from vllm.tokenizers import get_tokenizer
+
+    from thinktier.deployments.tier.reasoning_delimiters import thinking_delimiters
+
+    return thinking_delimiters(tier.reasoning_parser, get_tokenizer(model_path), tier.model).start
 
 
 def settings_from_tier(tier: Tier, model_id: str = PEER_MODEL_ID, cpu_threads: str | None = None) -> RayLLMSettings:
@@ -66,8 +77,8 @@ def settings_from_tier(tier: Tier, model_id: str = PEER_MODEL_ID, cpu_threads: s
     model_path = resolve_model(tier.model)
     kwargs = {k: v for k, v in engine_kwargs(tier, model_path).items() if k not in THINKTIER_ONLY_ENGINE_ARGS}
     if tier.thinking:
-        kwargs["reasoning_parser"] = REASONING_PARSER
-        template = thinking_chat_template(model_path, tier.think_start)
+        kwargs["reasoning_parser"] = tier.reasoning_parser  # reads the output up to the end string as `reasoning`
+        template = thinking_chat_template(model_path, thinking_start(tier, model_path))
         if template is not None:
             kwargs["chat_template"] = template
     scaling = replica_scaling(tier)

@@ -188,7 +188,7 @@ def test_an_anonymous_entry_applies_without_keyed_tenants_and_unknown_keys_are_a
 def test_a_dead_engines_replica_leaves_the_board_at_once() -> None:
     from thinktier.deployments.tier.replica_stats import ReplicaStats
 
-    board = LoadBoard.func_or_class(stale_after_s=60)
+    board = LoadBoard(stale_after_s=60)
     board.report("reasoning", "r1", ReplicaStats(num_running=3))
     board.forget("reasoning", "r1")
     board.forget("chat", "never-seen")
@@ -220,7 +220,7 @@ def test_a_tier_replica_with_a_dead_engine_fails_its_health_check_and_stops_repo
 
     log: list[str] = []
     board = type("Board", (), {"report": Remote(log, "report"), "forget": Remote(log, "forget")})()
-    replica = object.__new__(TierReplica.func_or_class)
+    replica = object.__new__(TierReplica)
     replica.name, replica.engine, replica._board, replica._replica, replica._interval_s = "reasoning", Tier(), board, "r1", 0.01
 
     async def run() -> None:
@@ -250,7 +250,8 @@ def test_serve_config_backs_the_tier_deadline_checks_health_often_and_logs_json(
 
 
 def test_the_drain_deadline_lets_tier_streams_run_that_long_and_the_ingress_a_little_longer() -> None:
-    from thinktier.cluster.serve_config import INGRESS, INGRESS_DRAIN_MARGIN_S, serve_config
+    from thinktier.cluster.serve_config import serve_config
+    from thinktier.deployments.request.ingress import INGRESS, INGRESS_DRAIN_MARGIN_S
 
     policy = parse_policy(BASE.replace("version: 1", "version: 1\nserver: {drain_timeout_s: 90}"), "p.yaml")
     deployments = {d["name"]: d for d in serve_config(policy, "/p")["applications"][0]["deployments"]}

@@ -22,7 +22,7 @@ def _series(metrics: ServiceMetrics, sample: str) -> dict[tuple[tuple[str, str],
 
 
 def test_each_ingress_replica_serves_the_counts_of_all_of_them() -> None:
-    board = LoadBoard.func_or_class(stale_after_s=60)
+    board = LoadBoard(stale_after_s=60)
     in_flight = {"a": {"acme": 2}, "b": {"acme": 1}}
     reloads = {"a": {"applied": 3}, "b": {"applied": 3}}  # both replicas saw the same three edits of the policy file
     replicas: dict[str, ServiceMetrics] = {}
@@ -54,7 +54,7 @@ def test_each_ingress_replica_serves_the_counts_of_all_of_them() -> None:
 
 
 def test_a_silent_ingress_replica_keeps_its_counts_but_not_its_requests_in_flight() -> None:
-    board = LoadBoard.func_or_class(stale_after_s=0)
+    board = LoadBoard(stale_after_s=0)
     gone = ServiceMetrics(dict, dict, lambda: {"acme": 5})
     gone.requests.labels("chat", "ok").inc()
     board.exchange_ingress_metrics("gone", gone.snapshot())

@@ -339,7 +339,7 @@ def test_ray_serve_llm_gets_the_tier_engine_and_the_thinking_opened_prompt() -> 
     prompt = Template(settings.engine_kwargs["chat_template"]).render(
         messages=[{"role": "user", "content": "2+2?"}], add_generation_prompt=True
     )
-    assert prompt.endswith("<|im_start|>assistant\n" + tier.think_start + "\n")
+    assert prompt.endswith("<|im_start|>assistant\n<think>\n")
     assert settings.engine_kwargs["reasoning_parser"] == "deepseek_r1"
 
 

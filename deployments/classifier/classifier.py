@@ -5,15 +5,20 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from ray import serve
 
-from thinktier.deployments.classifier.difficulty import DifficultyModel
 from thinktier.deployments.request.decision import DifficultyScore
+from thinktier.deployments.serve_options import LIGHT_ACTOR_CPUS, QUICK_SHUTDOWN_S, ServeOptions
 from thinktier.policies.schema import Classifier
 
+if TYPE_CHECKING:
+    from thinktier.deployments.classifier.difficulty import DifficultyModel
+
 logger = logging.getLogger("ray.serve")
+CLASSIFIER = "DifficultyClassifier"
+"""The deployment's name."""
 
 
 class BatchScorer(Protocol):
@@ -37,14 +42,28 @@ def score_isolated(model: BatchScorer, prompts: Sequence[str]) -> list[Difficult
     return scores
 
 
-@serve.deployment
 class DifficultyClassifier:
     """Scores prompts; concurrent `score` calls are gathered by `@serve.batch` into one forward pass."""
 
-    async def __init__(self, config: Classifier) -> None:
-        self.model = await asyncio.to_thread(DifficultyModel.load, config.artifact)
-        self._score_batch.set_max_batch_size(config.max_batch_size)
-        self._score_batch.set_batch_wait_timeout_s(config.batch_wait_timeout_s)
+    @classmethod
+    def deployment_options(cls) -> ServeOptions:
+        """One light replica: a batch of prompts takes milliseconds of one core."""
+        return {
+            "name": CLASSIFIER,
+            "max_ongoing_requests": 256,
+            "ray_actor_options": {"num_cpus": LIGHT_ACTOR_CPUS},
+            "graceful_shutdown_timeout_s": QUICK_SHUTDOWN_S,
+        }
+
+    async def __init__(self, config: Classifier) -> None:  # type: ignore[misc]  # Serve awaits an async constructor
+        # Imported here, not with the module: it brings torch and transformers, which the cluster layer, reading this
+        # class's deployment options, does without.
+        from thinktier.deployments.classifier.difficulty import DifficultyModel
+
+        self.model: DifficultyModel = await asyncio.to_thread(DifficultyModel.load, config.artifact)
+        # Ray's types for @serve.batch leave out the setters it adds to the batched method.
+        self._score_batch.set_max_batch_size(config.max_batch_size)  # type: ignore[attr-defined]
+        self._score_batch.set_batch_wait_timeout_s(config.batch_wait_timeout_s)  # type: ignore[attr-defined]
 
     async def score(self, prompt: str) -> DifficultyScore | None:
         """The prompt's score; None when it cannot be scored."""

@@ -8,7 +8,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
@@ -23,14 +23,25 @@ from thinktier.deployments.request.decision import HEADER_PREFIX, Decision, Diff
 from thinktier.deployments.request.metrics import IngressSnapshot, ServiceMetrics
 from thinktier.deployments.request.routing import Overloaded, TierLoad, decide, failover
 from thinktier.deployments.request.scripts_of_text import script_of
-from thinktier.deployments.request.tier_call import Deadline, TierFailed, call_tier
+from thinktier.deployments.request.tier_call import Deadline, TierFailed, TierStream, call_tier
+from thinktier.deployments.serve_options import DRAIN_POLL_S, LIGHT_ACTOR_CPUS, ServeOptions, replica_count_options
 from thinktier.deployments.tier.protocol import TierChunk, TierRequest
 from thinktier.deployments.tier.replica_stats import ReplicaStats
 from thinktier.policies.loader import DEFAULT_POLICY
 from thinktier.policies.schema import EarlyExit, Policy
 from thinktier.policies.watcher import PolicyChange, PolicyWatcher
 
+if TYPE_CHECKING:
+    from thinktier.deployments.classifier.classifier import DifficultyClassifier
+    from thinktier.deployments.request.load_board import LoadBoard
+    from thinktier.deployments.tier.tier import TierReplica
+
 logger = logging.getLogger("ray.serve")
+INGRESS = "Ingress"
+"""The deployment's name."""
+INGRESS_DRAIN_MARGIN_S = 5
+"""A stopping Ingress waits this much longer than server.drain_timeout_s (the tiers' drain): a tier stream cut at the
+drain deadline still reaches its client as an SSE error event and [DONE], not as a dropped connection."""
 AUTO_MODELS = frozenset({"thinktier", "auto"})
 """Model names that let the router pick the tier."""
 
@@ -38,7 +49,7 @@ app = FastAPI(title="thinktier", description="OpenAI-compatible reasoning servic
 
 
 async def sse_body(
-    framer: oa.SSEFramer, first: TierChunk, stream: Any, tracker: _Request, slot: Slot, deadline: Deadline
+    framer: oa.SSEFramer, first: TierChunk, stream: TierStream, tracker: _Request, slot: Slot, deadline: Deadline
 ) -> AsyncIterator[str]:
     """The SSE body: one event per (coalesced) chunk of the tier's stream. A failure after the stream started (its 200 is
     gone) ends it with an OpenAI error event and [DONE], never silently; so does a tier that sends nothing within the
@@ -128,16 +139,29 @@ class _Request:
             m.economy(tier, last.economy)
 
 
-@serve.deployment
 @serve.ingress(app)
 class Ingress:
     """The flow of a request: validate, admit (deployments/request/admission.py: tenant, slot), route
     (deployments/request/routing.py, in this process: no extra hop), then stream from the chosen tier. Tier load
     comes from the LoadBoard, refreshed in the background."""
 
-    async def __init__(
-        self, policy: Policy, policy_path: str | None, board: DeploymentHandle, tiers: dict[str, DeploymentHandle],
-        classifier: DeploymentHandle | None = None,
+    @classmethod
+    def deployment_options(cls, policy: Policy) -> ServeOptions:
+        """Light replicas (HTTP, routing, SSE framing), each with many requests in flight: as many as
+        server.ingress_replicas says, between its min and max by Ray Serve's ongoing-requests autoscaling."""
+        server = policy.server
+        return {
+            "name": INGRESS,
+            "max_ongoing_requests": 1024,
+            "ray_actor_options": {"num_cpus": LIGHT_ACTOR_CPUS},
+            "graceful_shutdown_timeout_s": server.drain_timeout_s + INGRESS_DRAIN_MARGIN_S,
+            "graceful_shutdown_wait_loop_s": DRAIN_POLL_S,
+            **replica_count_options(server.ingress_replicas, target_ongoing_requests=server.ingress_target_ongoing_requests),
+        }
+
+    async def __init__(  # type: ignore[misc]  # Serve awaits an async constructor; mypy wants __init__ to return None
+        self, policy: Policy, policy_path: str | None, board: DeploymentHandle[LoadBoard],
+        tiers: dict[str, DeploymentHandle[TierReplica]], classifier: DeploymentHandle[DifficultyClassifier] | None = None,
     ) -> None:
         self.policy = policy
         self.board = board
@@ -229,7 +253,7 @@ class Ingress:
         difficulty = None
         classifier = policy.routing.classifier
         if self.classifier is not None and classifier.enabled and not routing.thinking_off:
-            difficulty = await self._score(routing.prompt, classifier.timeout_s)
+            difficulty = await self._score(self.classifier, routing.prompt, classifier.timeout_s)
         try:
             decision = decide(policy, routing, difficulty, self._loads())
         except Overloaded as shed:
@@ -241,11 +265,13 @@ class Ingress:
             self.metrics.degraded.labels(decision.degraded.split(":")[0]).inc()
         return decision, routing
 
-    async def _score(self, prompt: str, timeout_s: float) -> DifficultyScore | None:
+    async def _score(
+        self, classifier: DeploymentHandle[DifficultyClassifier], prompt: str, timeout_s: float
+    ) -> DifficultyScore | None:
         """The prompt's difficulty, or None past the classifier's timeout (the request is routed on itself alone)."""
         started = time.monotonic()
         try:
-            difficulty = await asyncio.wait_for(self.classifier.score.remote(prompt), timeout_s)  # type: ignore[union-attr]
+            difficulty: DifficultyScore | None = await asyncio.wait_for(classifier.score.remote(prompt), timeout_s)
         except TimeoutError:
             self.metrics.classifier_timeouts.inc()
             return None
@@ -280,13 +306,13 @@ class Ingress:
             return JSONResponse(err.body, status_code=err.status, headers=err.headers)
         except TierFailed as failed:
             logger.error("request %s: %s", request_id, failed)
-            err = oa.APIError(503, f"{failed}; retry later", "server_error", code="tier_failed",
-                              headers={"Retry-After": str(policy.degradation.retry_after_s)})
-            return JSONResponse(err.body, status_code=err.status, headers=err.headers)
+            unavailable = oa.APIError(503, f"{failed}; retry later", "server_error", code="tier_failed",
+                                      headers={"Retry-After": str(policy.degradation.retry_after_s)})
+            return JSONResponse(unavailable.body, status_code=unavailable.status, headers=unavailable.headers)
         except Exception:  # a server fault still answers in the API's shape; cancellation passes through
             logger.exception("request %s failed", request_id)
-            err = oa.APIError(500, "the server failed to serve this request; it was logged", "server_error")
-            return JSONResponse(err.body, status_code=err.status)
+            fault = oa.APIError(500, "the server failed to serve this request; it was logged", "server_error")
+            return JSONResponse(fault.body, status_code=fault.status)
         finally:
             if not streaming:  # a started stream gives the slot back when it ends
                 slot.release()
@@ -364,7 +390,7 @@ class Ingress:
             self.metrics.requests.labels(decision.tier, "error").inc()
             raise
         headers = decision.headers() | {HEADER_PREFIX + "replica": first.replica or ""}
-        if not parsed.stream:
+        if stream is None:  # not streamed: `first` is the whole completion
             tracker.finished_whole(first, dispatched)
             make = oa.chat_completion if chat else oa.text_completion
             headers |= {HEADER_PREFIX + k: v for k, v in oa.economy_headers(first).items()}

@@ -17,7 +17,15 @@ from thinktier.deployments.tier.prompts import normalize_messages
 from thinktier.deployments.tier.protocol import Economy, PromptTooLong, TierChunk, TierRequest
 from thinktier.deployments.tier.replica_stats import ReplicaStats
 from thinktier.deployments.tier.self_consistency import Embed, Vote
-from thinktier.deployments.tier.thinking import DecodeLimits, ReasoningSplitter, ThinkingTokens, decode_limits, open_section
+from thinktier.deployments.tier.thinking import (
+    NO_THINKING,
+    DecodeLimits,
+    ReasoningSplitter,
+    ThinkingDelimiters,
+    ThinkingTokens,
+    decode_limits,
+    open_section,
+)
 from thinktier.policies.schema import DifficultyClass, Tier
 
 GIB = 1 << 30
@@ -44,6 +52,19 @@ def cpu_supports_fp8_kv() -> bool:
     except OSError:
         return False
     return "avx512f" in flags or "amx_tile" in flags
+
+
+def engine_env(tier: Tier) -> dict[str, str]:
+    """Environment for a tier replica's vLLM engine (set before vLLM is imported)."""
+    env = {"VLLM_NO_USAGE_STATS": "1", "VLLM_DO_NOT_TRACK": "1", "TOKENIZERS_PARALLELISM": "false"}
+    if tier.pool.accelerator == "cpu":
+        env |= {
+            "VLLM_TARGET_DEVICE": "cpu",
+            "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+            "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
+            "VLLM_CPU_OMP_THREADS_BIND": tier.engine.cpu_threads or "auto",
+        }
+    return env
 
 
 class HostCannotServe(RuntimeError):
@@ -155,20 +176,27 @@ class TierEngine:
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
+        from thinktier.deployments.tier.reasoning_delimiters import engine_tokenizer, thinking_delimiters
         from thinktier.deployments.tier.thinking_budget import ThinkingBudgetProcessor
 
         self.name = name
         self.tier = tier
         model_path = resolve_model(tier.model)
         kwargs = engine_kwargs(tier, model_path) | dict(engine_overrides or {})
-        if tier.thinking and tier.engine.thinking_budget_processor == "vllm":
-            kwargs["reasoning_config"] = ReasoningConfig(reasoning_start_str=tier.think_start, reasoning_end_str=tier.think_end)
-        elif tier.thinking:
+        self.delimiters: ThinkingDelimiters | None = None
+        if tier.thinking:  # checked before the engine loads the model: a tokenizer that cannot delimit it is refused
+            setting = f"tiers.{name}.reasoning_parser"
+            self.delimiters = thinking_delimiters(tier.reasoning_parser, engine_tokenizer(kwargs), tier.model, setting)
+        if self.delimiters is not None and tier.engine.thinking_budget_processor == "vllm":
+            kwargs["reasoning_config"] = ReasoningConfig(
+                reasoning_start_str=self.delimiters.start, reasoning_end_str=self.delimiters.end
+            )
+        elif self.delimiters is not None:
             kwargs["logits_processors"] = [ThinkingBudgetProcessor]
         self._stats = _EngineStats()
         self.engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs), stat_loggers=[self._stats.logger_factory()])
         self.tokenizer = self.engine.get_tokenizer()
-        self.thinking_tokens = ThinkingTokens.of(self.tokenizer, tier.think_start, tier.think_end, tier.thinking)
+        self.thinking_tokens = NO_THINKING if self.delimiters is None else ThinkingTokens.of(self.tokenizer, self.delimiters)
         self._running: dict[str, _Running] = {}
         self._embed = embed
 
@@ -189,9 +217,9 @@ class TierEngine:
                 f"prompt is {len(ids)} tokens; tier {self.name!r} accepts at most {limit}: "
                 "shorten the prompt"
             )
-        if not self.tier.thinking:
+        if self.delimiters is None:
             return ids
-        opened = text.endswith(self.tier.think_start + "\n")
+        opened = text.endswith(self.delimiters.start + "\n")
         return open_section(ids, self.thinking_tokens, opened, request.thinking_tokens)
 
     def _sampling_params(self, request: TierRequest, limits: DecodeLimits) -> Any:

@@ -1,20 +1,35 @@
 """The thinking section, without vLLM: how a prompt opens it, what the budgets mean to the sampler,
 and how decoded tokens split into reasoning and answer.
 
-The engine (deployments/tier/engine.py) supplies the token ids of its tokenizer and the engine's
-outputs; everything here is arithmetic on ids and text, tested with any ids.
+The engine (deployments/tier/engine.py) supplies the delimiters of its model (from vLLM's reasoning parser:
+deployments/tier/reasoning_delimiters.py), its tokenizer and the engine's outputs; everything here is arithmetic on
+ids and text, tested with any ids.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from thinktier.deployments.tier.protocol import TierChunk
 from thinktier.policies.schema import BudgetProcessor
 
 Finish = Literal["stop", "length"]
+
+
+@dataclass(frozen=True)
+class ThinkingDelimiters:
+    """The strings that open and close a thinking section, each one token of the model's tokenizer."""
+
+    start: str
+    end: str
+    start_id: int
+    end_id: int
+
+
+class Encoder(Protocol):
+    def encode(self, text: str, *, add_special_tokens: bool = ...) -> list[int]: ...
 
 
 @dataclass(frozen=True)
@@ -29,12 +44,16 @@ class ThinkingTokens:
     """The end token, which splits reasoning from answer in the output (None on a tier without thinking)."""
 
     @classmethod
-    def of(cls, tokenizer: Any, start: str, end: str, thinking: bool) -> ThinkingTokens:
+    def of(cls, tokenizer: Encoder, delimiters: ThinkingDelimiters) -> ThinkingTokens:
         return cls(
-            open_ids=tuple(tokenizer.encode(start + "\n", add_special_tokens=False)),
-            close_ids=tuple(tokenizer.encode(end + "\n\n", add_special_tokens=False)),
-            end_id=tokenizer.convert_tokens_to_ids(end) if thinking else None,
+            open_ids=tuple(tokenizer.encode(delimiters.start + "\n", add_special_tokens=False)),
+            close_ids=tuple(tokenizer.encode(delimiters.end + "\n\n", add_special_tokens=False)),
+            end_id=delimiters.end_id,
         )
+
+
+NO_THINKING = ThinkingTokens(open_ids=(), close_ids=(), end_id=None)
+"""A tier without thinking: no section to open, close or split at."""
 
 
 def open_section(prompt_ids: Sequence[int], tokens: ThinkingTokens, already_open: bool, thinking_budget: int) -> list[int]:

@@ -5,32 +5,68 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
+from thinktier.deployments.serve_options import DRAIN_POLL_S, ServeOptions
 from thinktier.deployments.tier.coalesce import coalesce
-from thinktier.deployments.tier.engine import TierEngine
+from thinktier.deployments.tier.engine import GIB, TierEngine, engine_env
 from thinktier.deployments.tier.protocol import TierChunk, TierRequest, collect
 from thinktier.deployments.tier.self_consistency import Embed
-from thinktier.policies.schema import Tier
+from thinktier.policies.schema import Policy, Tier
+
+if TYPE_CHECKING:
+    from thinktier.deployments.classifier.classifier import DifficultyClassifier
+    from thinktier.deployments.request.load_board import LoadBoard
 
 
-def _embedder(classifier: DeploymentHandle) -> Embed:
+def tier_deployment_name(tier: str) -> str:
+    return f"tier-{tier}"
+
+
+def _embedder(classifier: DeploymentHandle[DifficultyClassifier]) -> Embed:
     async def embed(texts: list[str]) -> list[list[float]]:
-        return await classifier.embed.remote(texts)
+        embeddings: list[list[float]] = await classifier.embed.remote(texts)
+        return embeddings
 
     return embed
 
 
-@serve.deployment
 class TierReplica:
     """One vLLM engine; streams TierChunks (coalesced, at most `stream_interval_s` apart) and pushes ReplicaStats
     to the load board every interval."""
 
-    async def __init__(
-        self, name: str, tier: Tier, board: DeploymentHandle, stream_interval_s: float,
-        classifier: DeploymentHandle | None = None,
+    @classmethod
+    def deployment_options(cls, policy: Policy, name: str) -> ServeOptions:
+        """Tier `name`'s replicas: the Ray resources of its pool, its engine's environment, its concurrency, health
+        checks and drain (server.drain_timeout_s). How many replicas run (the autoscaler) and which one takes a request
+        (the request router) are the cluster's to add."""
+        tier = policy.tiers[name]
+        actor: ServeOptions = {
+            "num_cpus": tier.pool.num_cpus,
+            "memory": int(tier.pool.memory_gib * GIB),
+            "runtime_env": {"env_vars": engine_env(tier)},
+        }
+        if tier.pool.accelerator == "gpu":
+            share = tier.pool.gpu_fraction  # below 1 only with tensor_parallel_size 1 (the policy checks)
+            actor["num_gpus"] = tier.engine.tensor_parallel_size if share == 1 else share
+            if tier.pool.accelerator_type:
+                actor["accelerator_type"] = tier.pool.accelerator_type
+        return {
+            "name": tier_deployment_name(name),
+            "ray_actor_options": actor,
+            "max_ongoing_requests": tier.engine.max_num_seqs * 4,
+            "graceful_shutdown_timeout_s": policy.server.drain_timeout_s,
+            "graceful_shutdown_wait_loop_s": DRAIN_POLL_S,
+            "health_check_period_s": 5,  # check_health: a dead engine is replaced within seconds
+            "health_check_timeout_s": 120,
+        }
+
+    async def __init__(  # type: ignore[misc]  # Serve awaits an async constructor; mypy wants __init__ to return None
+        self, name: str, tier: Tier, board: DeploymentHandle[LoadBoard], stream_interval_s: float,
+        classifier: DeploymentHandle[DifficultyClassifier] | None = None,
     ) -> None:
         """`classifier`: the difficulty classifier, whose embedder compares self-consistency samples' free-text
         answers (without it they compare as text)."""

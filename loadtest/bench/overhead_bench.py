@@ -23,8 +23,7 @@ import httpx
 from tqdm import tqdm
 
 from thinktier.cluster.local import LocalCluster
-from thinktier.cluster.serve_config import engine_env
-from thinktier.deployments.tier.engine import TierEngine
+from thinktier.deployments.tier.engine import TierEngine, engine_env
 from thinktier.deployments.tier.protocol import TierRequest
 from thinktier.policies.loader import load_policy, write_policy_variant
 

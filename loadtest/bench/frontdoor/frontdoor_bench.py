@@ -25,13 +25,15 @@ from typing import Any, Literal
 
 import httpx
 import psutil
+from ray import serve
 from ray.serve import Application
 
-from thinktier.cluster.app import STALE_AFTER_INTERVALS
+from thinktier.cluster.app import stale_after_s
 from thinktier.cluster.local import RAY_ENV, check_port_free
-from thinktier.cluster.serve_config import INGRESS, LOAD_BOARD, deployment_options, ray_env, tier_deployment_name
-from thinktier.deployments.request.ingress import Ingress
-from thinktier.deployments.request.load_board import LoadBoard
+from thinktier.cluster.serve_config import deployment_options, ray_env
+from thinktier.deployments.request.ingress import INGRESS, Ingress
+from thinktier.deployments.request.load_board import LOAD_BOARD, LoadBoard
+from thinktier.deployments.tier.tier import tier_deployment_name
 from thinktier.loadtest.bench.frontdoor.frontdoor_client import ClientSample, Load, chat_body
 from thinktier.loadtest.bench.frontdoor.frontdoor_report import FrontdoorReport, TargetResult, Variant, VariantResult, write
 from thinktier.loadtest.bench.frontdoor.synthetic_tier import SyntheticTier
@@ -99,14 +101,15 @@ def frontdoor_app(policy_path: str, tokens_per_s: float) -> Application:
     deployment options, no classifier; every tier streams `tokens_per_s` per stream."""
     policy = load_policy(policy_path)
     options = deployment_options(policy)
-    longest_interval = max(tier.autoscaling.metrics_interval_s for tier in policy.tiers.values())
-    board = LoadBoard.options(**options[LOAD_BOARD]).bind(STALE_AFTER_INTERVALS * longest_interval)
+    board = serve.deployment(**options[LOAD_BOARD])(LoadBoard).bind(stale_after_s(policy))
     interval_s = policy.server.stream_interval_ms / 1000
     tiers = {
-        name: SyntheticTier.options(**options[tier_deployment_name(name)]).bind(name, tier, board, interval_s, tokens_per_s)
+        name: serve.deployment(**options[tier_deployment_name(name)])(SyntheticTier).bind(
+            name, tier, board, interval_s, tokens_per_s
+        )
         for name, tier in policy.tiers.items()
     }
-    return Ingress.options(**options[INGRESS]).bind(policy, policy_path, board, tiers)
+    return serve.deployment(**options[INGRESS])(Ingress).bind(policy, policy_path, board, tiers)
 
 
 def policy_variant(settings: BenchSettings, variant: Variant, dest: Path) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
 from ray import serve
 from ray.serve.handle import DeploymentHandle
@@ -20,11 +21,13 @@ from thinktier.deployments.tier.replica_stats import ReplicaStats
 from thinktier.loadtest.bench.frontdoor.synthetic_stream import synthetic_chunks, tier_stream
 from thinktier.policies.schema import Tier
 
+if TYPE_CHECKING:
+    from thinktier.deployments.request.load_board import LoadBoard
 
-@serve.deployment
+
 class SyntheticTier:
-    async def __init__(
-        self, name: str, tier: Tier, board: DeploymentHandle, stream_interval_s: float, tokens_per_s: float
+    async def __init__(  # type: ignore[misc]  # Serve awaits an async constructor; mypy wants __init__ to return None
+        self, name: str, tier: Tier, board: DeploymentHandle[LoadBoard], stream_interval_s: float, tokens_per_s: float
     ) -> None:
         self.name = name
         self._board = board
