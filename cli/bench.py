@@ -11,7 +11,11 @@ from thinktier.cli.args import policy_setting
 from thinktier.cli.bench_economy import add_economy
 from thinktier.cli.bench_frontdoor import add_frontdoor
 from thinktier.cli.bench_fullstack import add_fullstack
-from thinktier.loadtest.bench import gpu_bench
+from thinktier.loadtest.bench.gpu import gpu_bench
+from thinktier.loadtest.bench.gpu.gpu_configs import CONFIGS, parse_plan
+from thinktier.loadtest.bench.gpu.gpu_results import markdown_table
+from thinktier.loadtest.bench.gpu.gpu_step_profile import write_step_profile
+from thinktier.loadtest.bench.gpu.gpu_workload import CLASSES, DEFAULT_MIX, read_workloads, write_workload
 from thinktier.loadtest.workload import Mix
 from thinktier.policies.loader import DEFAULT_POLICY, PolicyError, load_policy_with
 
@@ -61,18 +65,18 @@ def _gpu_workload(args: argparse.Namespace) -> int:
     except (PolicyError, ValueError) as exc:
         print(exc, file=sys.stderr)
         return 2
-    workload = gpu_bench.write_workload(
+    workload = write_workload(
         policy, args.name, Mix.parse(args.mix), args.rate, args.shape, args.duration, args.seed, languages, Path(args.out)
     )
-    counts = {k: sum(r.difficulty == k for r in workload.requests) for k in gpu_bench.CLASSES}
+    counts = {k: sum(r.difficulty == k for r in workload.requests) for k in CLASSES}
     print(f"{len(workload.requests)} requests over {args.duration} s {counts} -> {args.out}")
     return 0
 
 
 def _gpu_run(args: argparse.Namespace) -> int:
     try:
-        workloads = gpu_bench.read_workloads(args.workload)
-        plan = gpu_bench.parse_plan(args.config, workloads)
+        workloads = read_workloads(args.workload)
+        plan = parse_plan(args.config, workloads)
     except ValueError as exc:
         print(exc, file=sys.stderr)
         return 2
@@ -92,12 +96,12 @@ def _gpu_run(args: argparse.Namespace) -> int:
 
 
 def _gpu_table(args: argparse.Namespace) -> int:
-    print(gpu_bench.markdown_table([json.loads(Path(path).read_text()) for path in args.reports]), end="")
+    print(markdown_table([json.loads(Path(path).read_text()) for path in args.reports]), end="")
     return 0
 
 
 def _gpu_step_profile(args: argparse.Namespace) -> int:
-    data = gpu_bench.write_step_profile(Path(args.report), args.config, Path(args.out))
+    data = write_step_profile(Path(args.report), args.config, Path(args.out))
     print(f"{len(data['points'])} points -> {args.out}")
     return 0
 
@@ -124,7 +128,7 @@ def _register_gpu(commands: argparse._SubParsersAction) -> None:
     w.add_argument("--rate", type=float, required=True, help="Mean arrival rate, requests/s.")
     w.add_argument("--shape", type=float, default=0.5, help="Gamma shape of inter-arrival times (1 = Poisson, <1 burstier).")
     w.add_argument("--duration", type=float, default=30, help="Seconds over which requests arrive.")
-    w.add_argument("--mix", default=gpu_bench.DEFAULT_MIX, help="Class shares, e.g. easy=0.6,medium=0.25,hard=0.15 (no chat).")
+    w.add_argument("--mix", default=DEFAULT_MIX, help="Class shares, e.g. easy=0.6,medium=0.25,hard=0.15 (no chat).")
     w.add_argument("--languages", default="en", help="Problem languages (ISO 639-1, comma separated; empty for all).")
     w.add_argument("--seed", type=int, default=1)
     w.add_argument("--out", required=True, help="Where to write the workload JSON.")
@@ -138,7 +142,7 @@ def _register_gpu(commands: argparse._SubParsersAction) -> None:
         "--config",
         action="append",
         required=True,
-        help=f"CONFIG:STEP[,STEP...] run in order; CONFIG one of {sorted(gpu_bench.CONFIGS)}; STEP a workload name or 'profile'.",
+        help=f"CONFIG:STEP[,STEP...] run in order; CONFIG one of {sorted(CONFIGS)}; STEP a workload name or 'profile'.",
     )
     r.add_argument(
         "--kv-cache-gib",

@@ -4,6 +4,7 @@ the classifier beside the ones it replaces."""
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 from typing import get_args
 
@@ -191,7 +192,7 @@ def print_manifest_report(manifest: ArtifactManifest) -> None:
     )
 
 
-def _config(args: argparse.Namespace, **extra: object) -> TrainingConfig:
+def _config(args: argparse.Namespace) -> TrainingConfig:
     return TrainingConfig(
         version=args.version,
         features=args.features,
@@ -208,14 +209,13 @@ def _config(args: argparse.Namespace, **extra: object) -> TrainingConfig:
         weight_decay=args.weight_decay,
         plain_renderings=args.plain_renderings,
         cv_folds=args.cv_folds,
-        **extra,
     )
 
 
 def _train(args: argparse.Namespace) -> int:
     from thinktier.training.classifier.classifier_training import train
 
-    config = _config(args, out_dir=args.out_dir)
+    config = replace(_config(args), out_dir=args.out_dir)
     manifest = train(config)
     print_manifest_report(manifest)
     print(f"wrote {config.out_dir / config.version}.json and .safetensors")

@@ -54,6 +54,7 @@ from thinktier.policies.schema import Autoscaling, Replicas, Tier
 
 if TYPE_CHECKING:
     from ray.serve.config import AutoscalingContext
+    from ray.serve.request_router import ReplicaID
 
 POLICY_IMPORT_PATH = "thinktier.cluster.autoscaling:KVAwarePolicy"
 STATE_KEY = "thinktier"
@@ -192,7 +193,7 @@ def tier_sample(ctx: AutoscalingContext) -> TierSample:
     """The sample Ray Serve's autoscaling context holds: each running replica's `record_autoscaling_stats`
     values (averaged over the look-back window) and the tier's ongoing requests."""
     metrics = ctx.aggregated_metrics or {}
-    per_replica: dict[Any, dict[str, float]] = {}
+    per_replica: dict[ReplicaID, dict[str, float]] = {}
     for name, by_replica in metrics.items():
         for replica_id, value in by_replica.items():
             per_replica.setdefault(replica_id, {})[name] = value
@@ -216,7 +217,7 @@ class KVAwarePolicy:
     Ray has already adjusted them for the application's target capacity.
     """
 
-    def __init__(self, **autoscaling: Any) -> None:
+    def __init__(self, **autoscaling: object) -> None:
         self.targets = Autoscaling.model_validate(autoscaling)
 
     def __call__(self, ctx: AutoscalingContext) -> tuple[int, dict[str, Any]]:

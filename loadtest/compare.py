@@ -20,7 +20,7 @@ from thinktier.loadtest.client import RequestOptions
 from thinktier.loadtest.measure import LoadSpec, measure
 from thinktier.loadtest.metrics_scraper import RAY_LLM_METRICS
 from thinktier.loadtest.ray_llm_target import RayLLMApp, settings_from_tier
-from thinktier.loadtest.report import Report, RunReport
+from thinktier.loadtest.report import ClassStats, Report, RunReport
 from thinktier.loadtest.runner import RunSettings, Target
 from thinktier.loadtest.workload import PromptPool
 from thinktier.policies.loader import load_policy
@@ -68,6 +68,11 @@ class Metric:
     higher_is_better: bool
 
 
+def _of_class(cls: str, stat: Callable[[ClassStats], float | None]) -> Callable[[RunReport], float | None]:
+    """`stat` of one request class of a run; None when the run had none of it."""
+    return lambda r: stat(r.classes[cls]) if cls in r.classes else None
+
+
 METRICS: tuple[Metric, ...] = (
     Metric("goodput req/s", lambda r: r.goodput_rps, True),
     Metric("SLO attainment", lambda r: r.overall.slo_attainment, True),
@@ -78,11 +83,11 @@ METRICS: tuple[Metric, ...] = (
     Metric("E2E p50 s", lambda r: r.overall.e2e_s.p50, False),
     Metric("E2E p99 s", lambda r: r.overall.e2e_s.p99, False),
     *(
-        Metric(f"{cls} TTFVT p99 s", lambda r, c=cls: r.classes[c].ttfvt_s.p99 if c in r.classes else None, False)
+        Metric(f"{cls} TTFVT p99 s", _of_class(cls, lambda c: c.ttfvt_s.p99), False)
         for cls in ("easy", "medium", "hard", "chat")
     ),
     *(
-        Metric(f"{cls} goodput req/s", lambda r, c=cls: r.classes[c].goodput_rps if c in r.classes else None, True)
+        Metric(f"{cls} goodput req/s", _of_class(cls, lambda c: c.goodput_rps), True)
         for cls in ("easy", "medium", "hard", "chat")
     ),
     Metric("thinking tokens/req", lambda r: r.overall.thinking_tokens_mean, False),

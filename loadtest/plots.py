@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import matplotlib
 
@@ -13,12 +13,17 @@ matplotlib.use("Agg")  # files only; never needs a display
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.figure import Figure
 
 from thinktier.loadtest.report import Report, RunReport
 from thinktier.loadtest.runner import RunRecord
 
+if TYPE_CHECKING:
+    from thinktier.loadtest.bench.scaling_compare import TracePoint
+    from thinktier.loadtest.sim.sim_cluster import TimelinePoint
 
-def _save(fig: Any, path: Path) -> Path:
+
+def _save(fig: Figure, path: Path) -> Path:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -63,13 +68,18 @@ def kv_timeline(run: RunReport, path: Path) -> Path:
     return _save(fig, path)
 
 
+def _by_offered_rate(report: Report) -> list[tuple[float, RunReport]]:
+    """The open-loop runs with their offered rates, slowest first."""
+    return sorted(((r.offered_rate_rps, r) for r in report.runs if r.offered_rate_rps is not None), key=lambda p: p[0])
+
+
 def goodput_vs_load(report: Report, path: Path) -> Path:
     """Goodput and achieved throughput against offered rate, one point per open-loop run."""
-    runs = sorted((r for r in report.runs if r.offered_rate_rps is not None), key=lambda r: r.offered_rate_rps or 0.0)
+    runs = _by_offered_rate(report)
     fig, ax = plt.subplots(figsize=(6, 4))
-    offered = [r.offered_rate_rps for r in runs]
-    ax.plot(offered, [r.achieved_rate_rps for r in runs], "o--", label="achieved req/s")
-    ax.plot(offered, [r.goodput_rps for r in runs], "o-", label="goodput req/s (SLOs met)")
+    offered = [rate for rate, _ in runs]
+    ax.plot(offered, [r.achieved_rate_rps for _, r in runs], "o--", label="achieved req/s")
+    ax.plot(offered, [r.goodput_rps for _, r in runs], "o-", label="goodput req/s (SLOs met)")
     top = max([*offered, 0.1])
     ax.plot([0, top], [0, top], ":", color="grey", label="ideal")
     ax.set(title="Goodput vs offered load", xlabel="offered req/s", ylabel="req/s")
@@ -82,8 +92,8 @@ def compare_goodput(reports: dict[str, Report], path: Path) -> Path:
     """Goodput against offered rate, one line per compared target."""
     fig, ax = plt.subplots(figsize=(6, 4))
     for name, report in reports.items():
-        runs = sorted((r for r in report.runs if r.offered_rate_rps is not None), key=lambda r: r.offered_rate_rps or 0.0)
-        ax.plot([r.offered_rate_rps for r in runs], [r.goodput_rps for r in runs], "o-", label=name)
+        runs = _by_offered_rate(report)
+        ax.plot([rate for rate, _ in runs], [r.goodput_rps for _, r in runs], "o-", label=name)
     ax.set(title="Goodput vs offered load", xlabel="offered req/s", ylabel="goodput req/s (SLOs met)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small")
@@ -106,7 +116,7 @@ def class_p99_bars(reports: dict[str, Report], path: Path) -> Path:
     return _save(fig, path)
 
 
-def plan_timeline(points: Sequence[Any], path: Path) -> Path:
+def plan_timeline(points: Sequence[TimelinePoint], path: Path) -> Path:
     """A simulated cluster over time, per tier: replicas serving, mean KV occupancy, and stragglers."""
     fig, (rep_ax, kv_ax, st_ax) = plt.subplots(3, 1, figsize=(10, 8), sharex=True)
     for tier in sorted({p.tier for p in points}):
@@ -135,9 +145,8 @@ def write_plots(report: Report, records: list[RunRecord], out_dir: Path) -> list
     return paths
 
 
-def autoscaling_traces(traces: dict[str, Sequence[Any]], tier: str, path: Path) -> Path:
-    """Per config, the tier's replicas (routable solid, held dashed), mean KV occupancy and stragglers over time.
-    Points carry t_s, routable, held (None when unknown), kv_mean and stragglers."""
+def autoscaling_traces(traces: dict[str, Sequence[TracePoint]], tier: str, path: Path) -> Path:
+    """Per config, the tier's replicas (routable solid, held dashed), mean KV occupancy and stragglers over time."""
     fig, axes = plt.subplots(3, 1, figsize=(10, 8), sharex=True)
     for name, points in traces.items():
         t = [p.t_s for p in points]

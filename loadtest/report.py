@@ -117,7 +117,7 @@ class RunReport(BaseModel):
 class Report(BaseModel):
     target: str
     settings: dict[str, Any]
-    slos: dict[str, SLO]
+    slos: dict[DifficultyClass, SLO]
     runs: list[RunReport]
 
 

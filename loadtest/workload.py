@@ -44,7 +44,7 @@ class Mix:
                 raise ValueError(f"mix entry {part!r}: weight {value!r} is not a number") from None
             if weight < 0 or not math.isfinite(weight):
                 raise ValueError(f"mix entry {part!r}: weight must be a finite number >= 0")
-            weights[name] = weight  # type: ignore[index]
+            weights[name] = weight
         total = sum(weights.values())
         if total <= 0:
             raise ValueError(f"mix {text!r} gives no class a positive weight, e.g. easy=0.5,medium=0.3,hard=0.1,chat=0.1")

@@ -118,7 +118,8 @@ def _node_at(root: yaml.Node, loc: Loc, want_key: bool = False) -> yaml.Node:
     node = root
     for key in loc:
         if isinstance(node, yaml.MappingNode):
-            pair = next(((k, v) for k, v in node.value if str(k.value) == str(key)), None)
+            pairs: list[tuple[yaml.Node, yaml.Node]] = node.value
+            pair = next(((k, v) for k, v in pairs if str(k.value) == str(key)), None)
             if pair is None:
                 return node
             if want_key and key == loc[-1]:
@@ -136,7 +137,7 @@ def _node_at(root: yaml.Node, loc: Loc, want_key: bool = False) -> yaml.Node:
 
 def _model_at(loc: Loc) -> type[BaseModel] | None:
     """The pydantic model whose field `loc` would name next (None when `loc` leaves the models)."""
-    current: Any = Policy
+    current: object = Policy
     for part in loc:
         current = _strip_optional(current)
         if isinstance(current, type) and issubclass(current, BaseModel):
@@ -154,7 +155,7 @@ def _model_at(loc: Loc) -> type[BaseModel] | None:
     return current if isinstance(current, type) and issubclass(current, BaseModel) else None
 
 
-def _strip_optional(annotation: Any) -> Any:
+def _strip_optional(annotation: object) -> object:
     if get_origin(annotation) in (Union, types.UnionType):
         args = [a for a in get_args(annotation) if a is not type(None)]
         return args[0] if len(args) == 1 else annotation

@@ -11,7 +11,7 @@ What happens to new content:
     `thinktier_policy_reloads_total{outcome="rejected"}` counter goes up, and the last good
     policy keeps serving.
   * valid, but changing something that is built at deploy time (a field marked DEPLOY_TIME in
-    policies/schema.py: a model, engine arguments, pool, replicas, autoscaling targets, the
+    policies/schema/: a model, engine arguments, pool, replicas, autoscaling targets, the
     classifier, the HTTP address, ...; or a tier added or removed): nothing of it is applied, not
     even its live parts, because a half-applied policy is one nobody wrote. Logged with the
     fields, counted as `needs_redeploy`; `last_error` says what to redeploy. Redeploying (Helm
@@ -33,7 +33,7 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, get_args, get_origin
+from typing import Literal, get_args, get_origin
 
 from prometheus_client import Counter
 from pydantic import BaseModel
@@ -56,7 +56,7 @@ for _outcome in OUTCOMES:
     RELOADS.labels(_outcome)
 
 
-def _sections(annotation: Any) -> Iterator[tuple[tuple[str, ...], type[BaseModel]]]:
+def _sections(annotation: object) -> Iterator[tuple[tuple[str, ...], type[BaseModel]]]:
     """The policy sections a field holds, with the path from the field to each: the field's own model, or the
     values of a dict of models (any key: `*`)."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
@@ -67,7 +67,7 @@ def _sections(annotation: Any) -> Iterator[tuple[tuple[str, ...], type[BaseModel
 
 
 def deploy_time_fields(model: type[BaseModel] = Policy) -> Iterator[str]:
-    """Dotted paths of the fields of `model` marked deploy-time in policies/schema.py, `*` for any dict key."""
+    """Dotted paths of the fields of `model` marked deploy-time in policies/schema/, `*` for any dict key."""
     for name, field in model.model_fields.items():
         if is_deploy_time(field):
             yield name
@@ -76,7 +76,7 @@ def deploy_time_fields(model: type[BaseModel] = Policy) -> Iterator[str]:
             yield from (".".join((name, *path, sub)) for sub in deploy_time_fields(section))
 
 
-# Policy fields built into deployments at deploy time (marked DEPLOY_TIME in policies/schema.py); a
+# Policy fields built into deployments at deploy time (marked DEPLOY_TIME in policies/schema/); a
 # change to any of them needs a redeploy. Adding or removing a tier also matches ("tiers.new" is
 # above "tiers.*.model"). Everything else is read by the router per request and applies live.
 REDEPLOY_FIELDS: tuple[str, ...] = tuple(deploy_time_fields())
@@ -105,7 +105,7 @@ class PolicyChange:
         return "; ".join(parts) or "no change"
 
 
-def _changed_paths(old: Any, new: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
+def _changed_paths(old: object, new: object, path: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
     if isinstance(old, dict) and isinstance(new, dict):
         for key in sorted(old.keys() | new.keys(), key=str):
             sub = (*path, str(key))

@@ -197,7 +197,7 @@ class UseCharGrams:
         spec = self.spec
         length = spec.length_weight * math.log(max(1, len(text))) / math.log(LENGTH_SCALE_CHARS)
         grams = spec.ngram_weight * char_grams(text, spec.ngram_max, spec.ngram_buckets)
-        blocks = [embedding, grams, np.array([length], dtype=np.float32)]
+        blocks: list[np.ndarray] = [embedding, grams, np.array([length], dtype=np.float32)]
         if self._structure:
             standardised = (self.raw_structure(text) - self._structure_mean) / self._structure_scale
             blocks.append(spec.structure_weight * standardised)

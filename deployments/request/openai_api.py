@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -181,7 +181,10 @@ class APIError(Exception):
         self.headers = headers or {}
 
 
-def parse_request(raw: bytes, model: type[OpenAIRequest]) -> Any:
+RequestT = TypeVar("RequestT", bound=OpenAIRequest)
+
+
+def parse_request(raw: bytes, model: type[RequestT]) -> RequestT:
     """Validate a request body; a precise 400 naming the field otherwise."""
     try:
         data = json.loads(raw)

@@ -9,16 +9,24 @@ import asyncio
 import logging
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, TypeVar, cast
+
+from ray.serve.handle import DeploymentHandle, DeploymentResponse, DeploymentResponseGenerator
 
 from thinktier.deployments.request.openai_api import APIError
 from thinktier.deployments.tier.protocol import PromptTooLong, TierChunk, TierRequest
 from thinktier.policies.schema import Server
 
+if TYPE_CHECKING:
+    from thinktier.deployments.tier.tier import TierReplica
+
 logger = logging.getLogger("ray.serve")
 ATTEMPTS = 2
 """A tier call that fails before the client saw anything is tried once more (Serve routes the retry)."""
+T = TypeVar("T")
+TierStream = DeploymentResponseGenerator[TierChunk]
 
 
 class TierFailed(Exception):
@@ -53,7 +61,7 @@ class Deadline:
                 "server.tier_timeout_s in all); the request was aborted")
 
 
-async def _bounded(awaitable: Any, timeout_s: float, cancel: Any) -> Any:
+async def _bounded(awaitable: Awaitable[T], timeout_s: float, cancel: Callable[[], object]) -> T:
     """`awaitable` within `timeout_s`; on a timeout or any other early exit (the client left) `cancel()` ends the
     Serve request, which aborts the engine request."""
     try:
@@ -63,18 +71,21 @@ async def _bounded(awaitable: Any, timeout_s: float, cancel: Any) -> Any:
         raise
 
 
-async def call_once(handle: Any, request: TierRequest, streaming: bool, deadline: Deadline) -> tuple[TierChunk, Any]:
+async def call_once(
+    handle: DeploymentHandle[TierReplica], request: TierRequest, streaming: bool, deadline: Deadline
+) -> tuple[TierChunk, TierStream | None]:
     """The first chunk and the rest of the stream (streaming), or the whole completion and None."""
+    # Serve's `remote()` is typed as either response; `stream=True` and the method decide which one it is.
     if streaming:
-        stream = handle.options(stream=True).generate.remote(request)
+        stream = cast(TierStream, handle.options(stream=True).generate.remote(request))
         return await _bounded(stream.__anext__(), deadline.chunk_s(), stream.cancel), stream
-    response = handle.generate_all.remote(request)
+    response = cast(DeploymentResponse[TierChunk], handle.generate_all.remote(request))
     return await _bounded(response, deadline.total_s(), response.cancel), None
 
 
 async def call_tier(
-    handle: Any, tier: str, request: TierRequest, streaming: bool, deadline: Deadline
-) -> tuple[TierChunk, Any]:
+    handle: DeploymentHandle[TierReplica], tier: str, request: TierRequest, streaming: bool, deadline: Deadline
+) -> tuple[TierChunk, TierStream | None]:
     """`call_once`, tried again once when the tier fails; each attempt has its own engine request id (the engine keys
     requests and aborts by it). A prompt too long is the client's 400 and a deadline passed is a 504: neither is
     retried. TierFailed when every attempt failed."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from thinktier.deployments.tier.certainty import CertaintyTracker, probe_answer, probe_prompt
 from thinktier.deployments.tier.models import resolve_model
@@ -27,6 +27,10 @@ from thinktier.deployments.tier.thinking import (
     open_section,
 )
 from thinktier.policies.schema import DifficultyClass, Tier
+
+if TYPE_CHECKING:
+    from vllm.inputs import TokensPrompt
+    from vllm.renderers.chat_utils import ChatCompletionMessageParam
 
 GIB = 1 << 30
 # Counters of vLLM's native OffloadingConnector (GPU <-> CPU KV transfers), in its stats payload.
@@ -207,7 +211,9 @@ class TierEngine:
         "<think>\n"); it is then not opened twice."""
         if request.messages is not None:
             messages = normalize_messages(request.messages) if self.tier.normalize_prompts else list(request.messages)
-            text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+            # Plain role/content dicts, as vLLM's message types describe; with tokenize=False the result is the text.
+            chat = cast("list[ChatCompletionMessageParam]", messages)
+            text = cast(str, self.tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True))
         else:
             text = request.prompt or ""
         ids = self.tokenizer.encode(text, add_special_tokens=False)
@@ -311,8 +317,8 @@ class TierEngine:
             if not ended:  # cut at the answer budget, certain of the answer, or the client went away
                 await self.engine.abort(request_id)
 
-    def _prompt(self, prompt_ids: list[int], request: TierRequest) -> dict[str, Any]:
-        prompt: dict[str, Any] = {"prompt_token_ids": prompt_ids}
+    def _prompt(self, prompt_ids: list[int], request: TierRequest) -> TokensPrompt:
+        prompt: TokensPrompt = {"prompt_token_ids": prompt_ids}
         if request.cache_salt is not None:
             prompt["cache_salt"] = request.cache_salt
         return prompt

@@ -20,16 +20,19 @@ import json
 import random
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tqdm import tqdm
 
 from thinktier.deployments.tier.answers import extract_answer, same_answer
 from thinktier.deployments.tier.protocol import TierChunk, TierRequest, collect
 from thinktier.policies.schema import EarlyExit, Tier
+
+if TYPE_CHECKING:
+    from thinktier.deployments.tier.engine import TierEngine
 
 FEW_SHOT = "\n\n".join(
     ["You are a careful math tutor. Think step by step, then give the final answer in \\boxed{}."]
@@ -135,7 +138,7 @@ def _correct(answer: str | None, truth: int) -> bool:
 class EconomyBench:
     """The three measurements on one TierEngine."""
 
-    def __init__(self, engine: Any, settings: EconomySettings) -> None:
+    def __init__(self, engine: TierEngine, settings: EconomySettings) -> None:
         self.engine = engine
         self.settings = settings
 
@@ -153,7 +156,7 @@ class EconomyBench:
         stats = self.engine.stats()
         return stats.prefix_cache_queries_total - stats.prefix_cache_hits_total
 
-    async def _measure(self, work: Callable[[], Any]) -> int:
+    async def _measure(self, work: Callable[[], Awaitable[None]]) -> int:
         before = self._computed()
         await work()
         await asyncio.sleep(0.05)  # the stat logger records the last step after its outputs are delivered

@@ -13,13 +13,13 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 from thinktier.loadtest.client import RequestResult
 from thinktier.loadtest.metrics_scraper import MetricsTimeline, TierSample
 from thinktier.loadtest.report import Report, RunReport, build_report
 from thinktier.loadtest.runner import RunRecord
-from thinktier.loadtest.sim.sim_cluster import SimResult, SimSettings, Simulation
+from thinktier.loadtest.sim.sim_cluster import SimHooks, SimResult, SimSettings, Simulation
 from thinktier.loadtest.sim.sim_profile import HardwareProfile, profile_for
 from thinktier.loadtest.sim.sim_replica import SimRequest
 from thinktier.loadtest.sim.sim_workload import Lengths, WorkloadSpec, arrivals, classifier_scores
@@ -76,7 +76,7 @@ class PlanResult:
         return hours * device_hour_usd / self.answers * 1000 if self.answers else None
 
 
-def simulate(inputs: PlanInputs, pool: PromptPool | None = None, **hooks: Any) -> PlanResult:
+def simulate(inputs: PlanInputs, pool: PromptPool | None = None, **hooks: Unpack[SimHooks]) -> PlanResult:
     """One simulation. `hooks` replace the simulation's decision functions (tests swap them)."""
     started = time.monotonic()
     policy = inputs.policy

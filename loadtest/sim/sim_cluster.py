@@ -19,16 +19,29 @@ import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 from thinktier.cluster.autoscaling import ScalerState, TierSample, decide_replicas
 from thinktier.cluster.request_router import score_replica
-from thinktier.deployments.request.decision import DifficultyScore, RoutingRequest
+from thinktier.deployments.request.decision import Decision, DifficultyScore, RoutingRequest
 from thinktier.deployments.request.routing import Overloaded, TierLoad, decide
 from thinktier.deployments.tier.replica_stats import ReplicaStats
 from thinktier.loadtest.sim.sim_profile import HardwareProfile
 from thinktier.loadtest.sim.sim_replica import SimReplica, SimRequest
 from thinktier.loadtest.sim.sim_workload import Arrival, Lengths
-from thinktier.policies.schema import Autoscaling, Policy, Replicas, Tier
+from thinktier.policies.schema import Autoscaling, Policy, Replicas, RouterWeights, Tier
+
+DecideFn = Callable[[Policy, RoutingRequest, DifficultyScore | None, dict[str, TierLoad]], Decision]
+ScoreFn = Callable[[ReplicaStats, int, bool, RouterWeights], float]
+DecideReplicasFn = Callable[[ScalerState, TierSample, Autoscaling, Replicas, float], tuple[int, ScalerState]]
+
+
+class SimHooks(TypedDict, total=False):
+    """Stand-ins for the real decision functions (tests swap them)."""
+
+    decide_fn: DecideFn
+    score_fn: ScoreFn
+    decide_replicas_fn: DecideReplicasFn
 
 
 @dataclass(frozen=True)
@@ -152,9 +165,9 @@ class Simulation:
         policy: Policy,
         profiles: dict[str, HardwareProfile],
         settings: SimSettings,
-        decide_fn: Callable[..., object] = decide,
-        score_fn: Callable[..., float] = score_replica,
-        decide_replicas_fn: Callable[..., tuple[int, ScalerState]] = decide_replicas,
+        decide_fn: DecideFn = decide,
+        score_fn: ScoreFn = score_replica,
+        decide_replicas_fn: DecideReplicasFn = decide_replicas,
         seed: int = 0,
     ) -> None:
         self.policy = policy

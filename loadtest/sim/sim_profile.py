@@ -1,7 +1,7 @@
 """What one simulated replica's hardware can do: decode step time, prefill cost and KV capacity, from a measured
 step profile (`loadtest/results/gpu/h200_step_profile.json`, `loadtest/results/cpu/cpu_step_profile.json`).
 
-Step-time model (fitted by `thinktier.loadtest.bench.gpu_bench.fit_step_profile` from the profile's points):
+Step-time model (fitted by `thinktier.loadtest.bench.gpu.gpu_step_profile.fit_step_profile` from the profile's points):
     step_s = a_s + b_s_per_seq * batch + c_s_per_seq_token * batch * context
 `a` is reading the weights once per step, `b` the per-sequence compute, `c` reading each sequence's KV. A prompt
 token in a prefill goes through the weights like one more decoding sequence, so its cost is taken as `b` (the

@@ -46,7 +46,8 @@ from thinktier.training.data.problems import GSM_PACKAGE, MMATH_PACKAGE, gsm_whe
 # (chat < 0.3 <= easy < 0.6 <= medium < 0.8 <= hard), away from the band edges.
 SCORE_ANCHORS: dict[HeadClass, float] = {"chat": 0.0, "easy": 0.42, "medium": 0.68, "hard": 1.0}
 CHAT_SOURCE = (
-    "hand-written no-reasoning prompts in each language, training/data/chat_prompts.py (greeting, factual, rewriting, small-talk)"
+    "hand-written no-reasoning prompts in each language, training/data/chat_prompts.json "
+    "(greeting, factual, rewriting, small-talk)"
 )
 EMBED_CHUNK = 32  # prompts per progress-bar step
 
@@ -74,7 +75,7 @@ def strata(examples: Sequence[Example]) -> list[list[str]]:
     for e in examples:
         ids[(e.label, e.language if e.label == "chat" else "")].add(e.problem_id)
     chat_languages = sorted({language for label, language in ids if label == "chat"}, key=lambda lang: (lang != "en", lang))
-    order = [("chat", lang) for lang in chat_languages[:1] if lang == "en"]
+    order: list[tuple[HeadClass, str]] = [("chat", lang) for lang in chat_languages[:1] if lang == "en"]
     order += [(label, "") for label in HEAD_CLASSES if label != "chat"]
     order += [("chat", lang) for lang in chat_languages if lang != "en"]
     return [sorted(ids[key]) for key in order if ids[key]]

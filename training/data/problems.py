@@ -10,7 +10,7 @@ Sources (installed by scripts/install_data.sh):
 Both packages hold the same problems translated into several languages. A problem keeps one `id` across its
 translations, so splits by `id` never put a translation of a held-out problem into training.
 
-Prompts that need no reasoning (the classifier's chat class) are hand-written: training/data/chat_prompts.py.
+Prompts that need no reasoning (the classifier's chat class) are hand-written: training/data/chat_prompts.json.
 """
 
 from __future__ import annotations
