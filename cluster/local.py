@@ -5,21 +5,29 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import resource
 import socket
+import subprocess
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
 import httpx
 
+from thinktier.cluster.reaper import MARKER_ENV, start_reaper
 from thinktier.cluster.serve_config import APP_NAME, http_options, ray_env
 from thinktier.deployments.tier.models import resolve_model
 from thinktier.policies.loader import load_policy
+from thinktier.policies.schema import Server
 
 RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_DEDUP_LOGS": "1", "TOKENIZERS_PARALLELISM": "false"}
 FAILED_STATES = frozenset({"DEPLOY_FAILED", "UNHEALTHY"})
 """Deployment (and application) states that waiting will not fix."""
+HAPROXY_OWN_FDS = 32
+"""File descriptors HAProxy counts beyond its connections, pipes and threads (listeners, sockets, its own): Ray 2.60's
+default configuration asks for 10276 in all, 24 of them these."""
 
 
 class StartupError(RuntimeError):
@@ -48,6 +56,39 @@ def check_port_free(host: str, port: int) -> None:
             raise StartupError(
                 f"cannot serve on {host}:{port}: {exc.strerror}; stop what listens there or pass --port"
             ) from None
+
+
+def haproxy_open_files() -> int:
+    """The open-files limit HAProxy raises itself to at start, below which it dies ("Cannot raise FD limit"): two per
+    connection of Ray's RAY_SERVE_HAPROXY_MAXCONN (front and back), two per splice pipe (a quarter of the connections),
+    three per thread of RAY_SERVE_HAPROXY_NBTHREAD (its poller and wake-up pipe), and its own."""
+    from ray.serve._private.constants import RAY_SERVE_HAPROXY_MAXCONN, RAY_SERVE_HAPROXY_NBTHREAD
+
+    maxconn, threads = RAY_SERVE_HAPROXY_MAXCONN, RAY_SERVE_HAPROXY_NBTHREAD
+    return 2 * maxconn + 2 * (maxconn // 4) + 3 * threads + HAPROXY_OWN_FDS
+
+
+def check_open_files(server: Server) -> None:
+    """Where the policy puts HAProxy in front (`server.http_proxy: haproxy`), raises this process's soft open-files limit,
+    which Ray's processes and HAProxy inherit, to what HAProxy needs; a hard limit below that is a StartupError that says
+    how to raise it, or to do without HAProxy."""
+    if server.http_proxy != "haproxy":
+        return
+    needed = haproxy_open_files()
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return
+    if hard == resource.RLIM_INFINITY or hard >= needed:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
+        return
+    raise StartupError(
+        f"server.http_proxy: haproxy needs an open-files limit of at least {needed} (HAProxy asks for it at start), but "
+        f"this process may open at most {hard} (soft {soft}, hard {hard}). Raise it where thinktier runs: in a shell "
+        f"`ulimit -n {needed}` (above the hard limit as root, or in /etc/security/limits.conf), for a container "
+        f"`docker run --ulimit nofile={needed}:{needed}` (podman and buildah: the same --ulimit), on Kubernetes the "
+        "node's container runtime (containerd's LimitNOFILE); or set `server.http_proxy: serve` in the policy, Ray "
+        "Serve's own proxy, which needs no such limit"
+    )
 
 
 def _app_state(app_name: str) -> tuple[str, str | None]:
@@ -86,6 +127,8 @@ class LocalCluster:
         self.app_name = app_name
         self.route_prefix = route_prefix
         self._owns_ray = False
+        self._launch_id = uuid.uuid4().hex
+        self._reaper: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
@@ -97,6 +140,7 @@ class LocalCluster:
 
         if not ray.is_initialized():
             check_port_free(self.host, self.port)
+            check_open_files(self.policy.server)
         self._prepare_models()
         if not ray.is_initialized():
             self._start_ray()
@@ -111,8 +155,9 @@ class LocalCluster:
         import ray
 
         env = RAY_ENV | ray_env(self.policy.server)  # set before Ray starts: Serve reads it once
-        os.environ.update(env)
         self.progress("starting Ray")
+        self._reaper = start_reaper(self._launch_id)  # before Ray: it ends what Ray starts, however this process ends
+        os.environ.update(env | {MARKER_ENV: self._launch_id})
         try:
             ray.init(num_cpus=self.num_cpus, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": env})
         except Exception as exc:
@@ -162,9 +207,10 @@ class LocalCluster:
         raise StartupError(f"thinktier was not ready after {timeout_s:.0f} s; last state: {last}; logs: {_logs_dir()}")
 
     def stop(self) -> None:
-        """Delete the application, then stop Serve and Ray where this process started them. Deleting drains: each
-        replica stops once its requests have ended, or at the policy's server.drain_timeout_s, while Serve's proxy
-        still carries their streams (serve.shutdown alone stops the proxies at once and cuts every stream)."""
+        """Delete the application, then stop Serve and Ray where this process started them, and every process that Ray
+        started with them. Deleting drains: each replica stops once its requests have ended, or at the policy's
+        server.drain_timeout_s, while Serve's proxy still carries their streams (serve.shutdown alone stops the proxies
+        at once and cuts every stream)."""
         import ray
         from ray import serve
         from ray.serve.exceptions import RayServeException
@@ -176,6 +222,10 @@ class LocalCluster:
         if self._owns_ray:
             serve.shutdown()
             ray.shutdown()
+            self._owns_ray = False
+        if self._reaper is not None:  # it ends what is left (ray.shutdown kills the raylet a second after asking it to stop)
+            self._reaper.communicate()
+            self._reaper = None
 
     def __enter__(self) -> LocalCluster:
         return self.start()

@@ -6,6 +6,8 @@
 # default policy's model built into THINKTIER_CACHE, thinktier on PATH.
 #
 #   scripts/build_image_cpu.sh                   build it (as root; needs ~15 GB free under TMPDIR and buildah's storage)
+#   scripts/build_image_cpu.sh --reuse           build it unless buildah holds it already, built from the same inputs
+#                                                (pyproject.toml, the package's files, this script and the data lists)
 #   scripts/build_image_cpu.sh --print-image     print the image reference it builds, and nothing else
 #
 #   IMAGE=name:tag          another reference (default: the chart's image.repository:<appVersion><image.cpuTagSuffix>)
@@ -32,6 +34,16 @@ EOF
 )
 IMAGE="${IMAGE:-$chart_image}"
 if [ "${1:-}" = --print-image ]; then echo "$IMAGE"; exit 0; fi
+INPUTS_LABEL=org.thinktier.build-inputs
+# What the image is built from (README.md aside: it only documents), hashed into the label INPUTS_LABEL.
+inputs=$({ find -L thinktier -type f ! -path '*/__pycache__/*' ! -path 'thinktier/loadtest/results/*' -print0 \
+    | sort -z | xargs -0 sha256sum; sha256sum pyproject.toml scripts/build_image_cpu.sh scripts/install_data.sh \
+    scripts/assets*.txt; } | sha256sum | cut -c1-32)
+if [ "${1:-}" = --reuse ] && [ "$(buildah inspect --type image --format "{{index .OCIv1.Config.Labels \"$INPUTS_LABEL\"}}" \
+    "$IMAGE" 2>/dev/null)" = "$inputs" ]; then
+    echo "build_image_cpu.sh: $IMAGE is built from these inputs already ($INPUTS_LABEL=$inputs)"
+    exit 0
+fi
 
 missing=""
 for tool in buildah mmdebstrap; do command -v "$tool" >/dev/null || missing="$missing $tool"; done
@@ -72,8 +84,11 @@ venv=/opt/thinktier/venv/bin
 "$venv/pip" uninstall --quiet -y torchvision torchaudio torchcodec || true
 cd /tmp/build/src && bash scripts/install_data.sh "$venv/python"
 cd / && "$venv/python" -c "from thinktier.deployments.tier.models import resolve_model; print(resolve_model('builtin:smollm2-135m-think'))"
-"$venv/thinktier" --help > /dev/null
 useradd --uid 1000 --gid 100 --create-home --shell /bin/bash ray
+# The image's user finds what root built readable: the model resolves without a rebuild (the cache is root's), and runs.
+as_ray="setpriv --reuid=1000 --regid=100 --clear-groups env HOME=/home/ray"
+$as_ray "$venv/python" -c "from thinktier.deployments.tier.models import resolve_model; resolve_model('builtin:smollm2-135m-think')"
+$as_ray "$venv/thinktier" --help > /dev/null
 EOF
 
 echo "build_image_cpu.sh: building the Debian root filesystem and installing thinktier into it ..."
@@ -96,6 +111,12 @@ buildah config \
     --env VLLM_TARGET_DEVICE=cpu \
     --label org.opencontainers.image.title=thinktier \
     --label "org.opencontainers.image.version=$app_version" \
+    --label "$INPUTS_LABEL=$inputs" \
     "$ctr"
+replaced=$(buildah images --quiet --no-trunc "$IMAGE" 2>/dev/null || true)
 buildah commit --quiet --rm "$ctr" "$IMAGE" > /dev/null
+# The image this one replaces would stay in buildah's storage untagged, 5 GB a build.
+if [ -n "$replaced" ] && [ "$replaced" != "$(buildah images --quiet --no-trunc "$IMAGE")" ]; then
+    buildah rmi "$replaced" > /dev/null || echo "build_image_cpu.sh: the image it replaces, $replaced, is in use; kept" >&2
+fi
 echo "build_image_cpu.sh: built $IMAGE ($(buildah images --format '{{.Size}}' "$IMAGE")) in $(( $(date +%s) - started )) s"

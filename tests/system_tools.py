@@ -7,8 +7,10 @@ import shutil
 import pytest
 
 INSTALL = {
-    "promtool": "scripts/install_tools.sh (as root; or: apt-get install -y --no-install-recommends prometheus)",
-    "prometheus": "scripts/install_tools.sh (as root; or: apt-get install -y --no-install-recommends prometheus)",
+    tool: f"scripts/install_tools.sh (as root; or: apt-get install -y --no-install-recommends {package})"
+    for tool, package in {
+        "promtool": "prometheus", "prometheus": "prometheus", "buildah": "buildah", "mmdebstrap": "mmdebstrap",
+    }.items()
 }
 
 

@@ -6,7 +6,9 @@ they fail when bootstrap leaves out anything the default policy needs, as on a f
 
 from __future__ import annotations
 
+import contextlib
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -17,6 +19,7 @@ from pathlib import Path
 
 import httpx
 import openai
+import psutil
 import pytest
 
 from tests.conftest import free_port
@@ -36,11 +39,23 @@ def test_bootstrap_installed_what_the_default_policy_needs() -> None:
     assert problems == [None] * len(problems), problems
 
 
-def _start(*args: str) -> subprocess.Popen[str]:
+def _start(*args: str, open_files: int | None = None) -> subprocess.Popen[str]:
+    """`thinktier up ARGS`, optionally under an open-files limit (soft and hard) of `open_files`."""
+    limit = None if open_files is None else lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (open_files, open_files))
     return subprocess.Popen(
         [str(THINKTIER), "up", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        start_new_session=True, env=os.environ | {"PYTHONUNBUFFERED": "1"},
+        start_new_session=True, env=os.environ | {"PYTHONUNBUFFERED": "1"}, preexec_fn=limit,
     )
+
+
+def _still_running(processes: list[psutil.Process]) -> list[str]:
+    """Those of `processes` (the same processes: a pid reused since does not count) that still run, as 'pid cmdline'."""
+    running = []
+    for process in processes:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
+                running.append(f"{process.pid} {' '.join(process.cmdline())[:120]}")
+    return running
 
 
 @pytest.fixture
@@ -78,6 +93,9 @@ def test_thinktier_up_serves_the_default_model_through_the_openai_client(
     up_default: tuple[str, subprocess.Popen[str]],
 ) -> None:
     url, proc = up_default
+    started = psutil.Process(proc.pid).children(recursive=True)
+    commands = " ".join(" ".join(process.cmdline()) for process in started)
+    assert all(name in commands for name in ("gcs_server", "raylet", "VLLM::EngineCore", "haproxy")), commands
     client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused")
     completion = client.chat.completions.create(
         model="thinktier", reasoning_effort="low", messages=[{"role": "user", "content": GSM_PROBLEM}], seed=1,
@@ -101,10 +119,11 @@ def test_thinktier_up_serves_the_default_model_through_the_openai_client(
     assert chunks[-1].choices and chunks[-1].choices[0].finish_reason is not None, "the stream ran to its end"
     assert proc.wait(120) == 0, "SIGTERM stops thinktier cleanly"
     assert "draining requests in flight" in proc.stdout.read()
+    assert _still_running(started) == [], "every process thinktier up started is gone"
 
 
-def _run_to_exit(*args: str, timeout_s: float = 300) -> tuple[int, str]:
-    proc = _start(*args)
+def _run_to_exit(*args: str, timeout_s: float = 300, open_files: int | None = None) -> tuple[int, str]:
+    proc = _start(*args, open_files=open_files)
     try:
         output, _ = proc.communicate(timeout=timeout_s)
     finally:
@@ -124,6 +143,17 @@ def test_up_on_a_port_in_use_fails_at_once_and_says_so() -> None:
     assert f"cannot serve on 127.0.0.1:{port}" in output and "--port" in output
     assert "starting Ray" not in output
     assert time.monotonic() - started < 120
+
+
+def test_up_where_the_open_files_limit_is_too_low_for_haproxy_fails_at_once_and_says_how_to_raise_it() -> None:
+    assert load_policy(None).server.http_proxy == "haproxy"
+    started = time.monotonic()
+    code, output = _run_to_exit("--port", str(free_port()), open_files=1024)
+    assert code == 1, output
+    assert "thinktier up: server.http_proxy: haproxy needs an open-files limit of at least" in output, output
+    assert "ulimit -n" in output and "server.http_proxy: serve" in output
+    assert "starting Ray" not in output and "model builtin:" not in output
+    assert time.monotonic() - started < 60
 
 
 def test_up_with_a_model_that_cannot_be_resolved_fails_before_ray(tmp_path: Path) -> None:

