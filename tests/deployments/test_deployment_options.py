@@ -14,7 +14,7 @@ from thinktier.deployments.request.load_board import LOAD_BOARD, LoadBoard
 from thinktier.deployments.tier.tier import TierReplica, tier_deployment_name
 from thinktier.policies.loader import DEFAULT_POLICY, load_policy
 
-POLICIES = [DEFAULT_POLICY, *sorted((Path(__file__).resolve().parents[1] / "policies" / "examples").glob("*.yaml"))]
+POLICIES = [DEFAULT_POLICY, *sorted((Path(__file__).resolve().parents[2] / "policies" / "examples").glob("*.yaml"))]
 CLUSTER_KEYS = {"logging_config"}
 TIER_CLUSTER_KEYS = CLUSTER_KEYS | {"request_router_config", "num_replicas", "autoscaling_config"}
 

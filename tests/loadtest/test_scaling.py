@@ -1,6 +1,6 @@
 """Scaling on KV occupancy, routing around the busy replica, degrading then shedding: real Serve, real vLLM.
 
-A second application (tests/policies/scaling.yaml) joins the session's Ray cluster: its reasoning
+A second application (tests/fixtures/policies/scaling.yaml) joins the session's Ray cluster: its reasoning
 tier has a ~4k-token KV cache, so eight concurrent long requests fill it.
 """
 
@@ -27,7 +27,7 @@ def scaling_app(serving_cluster: object, tmp_path_factory: pytest.TempPathFactor
     from thinktier.cluster.local import LocalCluster
 
     policy = tmp_path_factory.mktemp("scaling") / "policy.yaml"
-    shutil.copy(TESTS / "policies" / "scaling.yaml", policy)
+    shutil.copy(TESTS / "fixtures" / "policies" / "scaling.yaml", policy)
     app = LocalCluster(policy, port=serving_cluster.port, app_name="scaling", route_prefix="/scaling",  # type: ignore[attr-defined]
                        progress=lambda line: print(f"[scaling] {line}"))
     app.start(timeout_s=600)

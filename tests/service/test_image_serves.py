@@ -27,7 +27,7 @@ from tests.conftest import free_port
 from tests.system_tools import system_tool
 from thinktier.cluster.local import haproxy_open_files
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BUILD = ROOT / "scripts" / "build_image_cpu.sh"
 VENV = "/opt/thinktier/venv"
 """The image's virtual environment: in the command line or the PATH of every process of the container."""

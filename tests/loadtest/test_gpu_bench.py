@@ -23,7 +23,7 @@ from thinktier.policies.loader import load_policy
 from thinktier.policies.schema import SLO
 from thinktier.training.data.problems import Problem
 
-POLICY = Path(__file__).resolve().parents[1] / "policies" / "examples" / "h200-7b.yaml"
+POLICY = Path(__file__).resolve().parents[2] / "policies" / "examples" / "h200-7b.yaml"
 CPU_POLICY = POLICY.with_name("compare-tiered.yaml")
 
 

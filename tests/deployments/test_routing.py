@@ -94,6 +94,6 @@ def test_a_request_without_thinking_goes_to_the_chat_tier_whatever_its_score(eff
 
 
 def test_a_one_pool_policy_serves_a_request_without_thinking_from_its_one_tier_with_no_thinking_budget() -> None:
-    one_pool = load_policy(Path(__file__).resolve().parents[1] / "policies" / "examples" / "single-pool.yaml")
+    one_pool = load_policy(Path(__file__).resolve().parents[2] / "policies" / "examples" / "single-pool.yaml")
     decision = decide(one_pool, RoutingRequest(prompt="p", thinking_off=True), None, {})
     assert (decision.tier, decision.thinking_tokens) == (one_pool.routing.reasoning_tier, 0)

@@ -22,7 +22,7 @@ from thinktier.cluster.alerts import alert_rules
 from thinktier.policies.loader import load_policy
 
 pytestmark = pytest.mark.integration
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "helm" / "thinktier" / "dashboards" / "thinktier.json"
 SCRAPE_INTERVAL_S = 1
 RATE_INTERVAL = "30s"

@@ -24,7 +24,7 @@ from thinktier.loadtest.workload import Mix
 from thinktier.policies.loader import load_policy, with_setting
 from thinktier.policies.schema import Stragglers
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "policies" / "examples"
 ONEPOOL = EXAMPLES / "gpu-onepool-haproxy.yaml"
 FULLSTACK = ROOT / "loadtest" / "results" / "gpu-fullstack"

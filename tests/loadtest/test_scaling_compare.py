@@ -10,8 +10,8 @@ from thinktier.cli.main import main
 from thinktier.loadtest.bench.scaling_compare import TracePoint, compare, replica_seconds, scale_ups
 from thinktier.policies.loader import load_policy
 
-GPU_SCALING = Path(__file__).resolve().parents[1] / "loadtest" / "results" / "gpu-scaling" / "autoscaling"
-POLICY = Path(__file__).resolve().parents[1] / "policies" / "examples" / "gpu-autoscaling.yaml"
+GPU_SCALING = Path(__file__).resolve().parents[2] / "loadtest" / "results" / "gpu-scaling" / "autoscaling"
+POLICY = Path(__file__).resolve().parents[2] / "policies" / "examples" / "gpu-autoscaling.yaml"
 
 
 def _points(rows: list[tuple[float, int, int, float]]) -> list[TracePoint]:

@@ -11,7 +11,7 @@ from thinktier.deployments.tier import engine
 from thinktier.deployments.tier.engine import HostCannotServe, check_host, engine_kwargs
 from thinktier.policies.loader import PolicyError, load_policy, parse_policy
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "policies" / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "policies" / "examples"
 CPU_TIER = """
 version: 1
 tiers:

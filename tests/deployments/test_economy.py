@@ -1,5 +1,5 @@
 """Reasoning economy without an engine: the vote over samples, certainty probing, prompt normalisation, and how the
-policy and the request set them (the engine-level tests are in tests/test_economy_engine.py)."""
+policy and the request set them (the engine-level tests are in tests/deployments/test_economy_engine.py)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,1 @@
+"""Tests of the difficulty classifier, its features, training and data."""

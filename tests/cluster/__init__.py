@@ -1,0 +1,1 @@
+"""Tests of the assembly: Serve config, autoscaling, request routing, Helm chart, alerts, images."""

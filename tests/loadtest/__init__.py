@@ -1,0 +1,1 @@
+"""Tests of the load generator, reports, benchmarks and the fleet simulator."""

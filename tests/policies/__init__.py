@@ -1,0 +1,1 @@
+"""Tests of the policy schema, its loader and live reload."""

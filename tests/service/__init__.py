@@ -1,0 +1,1 @@
+"""Tests against the running service: thinktier up, faults, drain, fuzzing."""
