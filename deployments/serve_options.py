@@ -19,10 +19,21 @@ LIGHT_ACTOR_CPUS = 0.05
 """Ray CPUs of a deployment that mostly waits on others (Ingress, load board, classifier), so that they share cores
 with the engines."""
 QUICK_SHUTDOWN_S = 2
-"""Serve's graceful_shutdown_timeout_s of a deployment whose calls are short (the load board, the classifier)."""
+"""Serve's graceful_shutdown_timeout_s of a light deployment whose calls are short (the load board, the classifier)."""
 DRAIN_POLL_S = 0.5
 """Serve's graceful_shutdown_wait_loop_s: how often a stopping replica checks whether its requests have ended, so a
 drained replica goes within this (Serve's default is 2 s)."""
+
+
+def light_options(name: str, max_ongoing_requests: int) -> ServeOptions:
+    """A deployment that mostly waits on others, holding up to `max_ongoing_requests` calls: a sliver of a core, and a
+    quick graceful shutdown (a deployment with longer calls overrides it)."""
+    return {
+        "name": name,
+        "max_ongoing_requests": max_ongoing_requests,
+        "ray_actor_options": {"num_cpus": LIGHT_ACTOR_CPUS},
+        "graceful_shutdown_timeout_s": QUICK_SHUTDOWN_S,
+    }
 
 
 def replica_count_options(replicas: Replicas, **autoscaling: float) -> ServeOptions:

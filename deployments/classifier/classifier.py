@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Protocol
 from ray import serve
 
 from thinktier.deployments.request.decision import DifficultyScore
-from thinktier.deployments.serve_options import LIGHT_ACTOR_CPUS, QUICK_SHUTDOWN_S, ServeOptions
+from thinktier.deployments.serve_options import ServeOptions, light_options
 from thinktier.policies.schema import Classifier
 
 if TYPE_CHECKING:
@@ -48,12 +48,7 @@ class DifficultyClassifier:
     @classmethod
     def deployment_options(cls) -> ServeOptions:
         """One light replica: a batch of prompts takes milliseconds of one core."""
-        return {
-            "name": CLASSIFIER,
-            "max_ongoing_requests": 256,
-            "ray_actor_options": {"num_cpus": LIGHT_ACTOR_CPUS},
-            "graceful_shutdown_timeout_s": QUICK_SHUTDOWN_S,
-        }
+        return light_options(CLASSIFIER, max_ongoing_requests=256)
 
     async def __init__(self, config: Classifier) -> None:  # type: ignore[misc]  # Serve awaits an async constructor
         # Imported here, not with the module: it brings torch and transformers, which the cluster layer, reading this

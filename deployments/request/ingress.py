@@ -24,7 +24,7 @@ from thinktier.deployments.request.metrics import IngressSnapshot, ServiceMetric
 from thinktier.deployments.request.routing import Overloaded, TierLoad, decide, failover
 from thinktier.deployments.request.scripts_of_text import script_of
 from thinktier.deployments.request.tier_call import Deadline, TierFailed, TierStream, call_tier
-from thinktier.deployments.serve_options import DRAIN_POLL_S, LIGHT_ACTOR_CPUS, ServeOptions, replica_count_options
+from thinktier.deployments.serve_options import DRAIN_POLL_S, ServeOptions, light_options, replica_count_options
 from thinktier.deployments.tier.protocol import TierChunk, TierRequest
 from thinktier.deployments.tier.replica_stats import ReplicaStats
 from thinktier.policies.loader import DEFAULT_POLICY
@@ -150,10 +150,7 @@ class Ingress:
         """Light replicas (HTTP, routing, SSE framing), each with many requests in flight: as many as
         server.ingress_replicas says, between its min and max by Ray Serve's ongoing-requests autoscaling."""
         server = policy.server
-        return {
-            "name": INGRESS,
-            "max_ongoing_requests": 1024,
-            "ray_actor_options": {"num_cpus": LIGHT_ACTOR_CPUS},
+        return light_options(INGRESS, max_ongoing_requests=1024) | {
             "graceful_shutdown_timeout_s": server.drain_timeout_s + INGRESS_DRAIN_MARGIN_S,
             "graceful_shutdown_wait_loop_s": DRAIN_POLL_S,
             **replica_count_options(server.ingress_replicas, target_ongoing_requests=server.ingress_target_ongoing_requests),

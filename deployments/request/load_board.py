@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 
 from thinktier.deployments.request.metrics import IngressSnapshot
-from thinktier.deployments.serve_options import LIGHT_ACTOR_CPUS, QUICK_SHUTDOWN_S, ServeOptions
+from thinktier.deployments.serve_options import ServeOptions, light_options
 from thinktier.deployments.tier.replica_stats import ReplicaStats
 
 LOAD_BOARD = "LoadBoard"
@@ -23,12 +23,7 @@ class LoadBoard:
     @classmethod
     def deployment_options(cls) -> ServeOptions:
         """One light replica (it keeps a dictionary) that every tier replica and Ingress replica calls."""
-        return {
-            "name": LOAD_BOARD,
-            "max_ongoing_requests": 1024,
-            "ray_actor_options": {"num_cpus": LIGHT_ACTOR_CPUS},
-            "graceful_shutdown_timeout_s": QUICK_SHUTDOWN_S,
-        }
+        return light_options(LOAD_BOARD, max_ongoing_requests=1024)
 
     def __init__(self, stale_after_s: float) -> None:
         self._stale_after_s = stale_after_s
