@@ -39,7 +39,8 @@ pytestmark = pytest.mark.integration
 @pytest.fixture(scope="module")
 def image() -> str:
     if os.getuid() != 0:
-        pytest.skip("building and running the image needs root (mmdebstrap's root mode, buildah's storage)")
+        pytest.fail("building and running the image needs root (mmdebstrap's root mode, buildah's storage): run the "
+                    "tests as root, as scripts/install_tools.sh needs for buildah and mmdebstrap")
     system_tool("mmdebstrap")
     system_tool("buildah")
     started = time.monotonic()
