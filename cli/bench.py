@@ -11,6 +11,7 @@ from thinktier.cli.args import policy_setting
 from thinktier.cli.bench_economy import add_economy
 from thinktier.cli.bench_frontdoor import add_frontdoor
 from thinktier.cli.bench_fullstack import add_fullstack
+from thinktier.cli.bench_reasoner import add_reasoner
 from thinktier.loadtest.bench.gpu import gpu_bench
 from thinktier.loadtest.bench.gpu.gpu_configs import CONFIGS, parse_plan
 from thinktier.loadtest.bench.gpu.gpu_results import markdown_table
@@ -222,6 +223,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_frontdoor(commands)
     add_economy(commands)
     add_fullstack(commands)
+    add_reasoner(commands)
     planner = commands.add_parser(
         "planner",
         help="the simulator (`thinktier plan`) against the recorded runs, and its speed at 1,000 replicas",

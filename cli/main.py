@@ -14,6 +14,7 @@ COMMAND_MODULES = (
     "thinktier.cli.plan",
     "thinktier.cli.helm",
     "thinktier.cli.classifier",
+    "thinktier.cli.train",
 )
 
 

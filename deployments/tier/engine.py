@@ -188,7 +188,7 @@ class TierEngine:
         model_path = resolve_model(tier.model)
         kwargs = engine_kwargs(tier, model_path) | dict(engine_overrides or {})
         self.delimiters: ThinkingDelimiters | None = None
-        if tier.thinking:  # checked before the engine loads the model: a tokenizer that cannot delimit it is refused
+        if tier.thinking or tier.empty_thinking:  # checked before the engine loads: a tokenizer that cannot delimit it is refused
             setting = f"tiers.{name}.reasoning_parser"
             self.delimiters = thinking_delimiters(tier.reasoning_parser, engine_tokenizer(kwargs), tier.model, setting)
         if self.delimiters is not None and tier.engine.thinking_budget_processor == "vllm":
@@ -205,7 +205,8 @@ class TierEngine:
         self._embed = embed
 
     def render_prompt(self, request: TierRequest) -> list[int]:
-        """Prompt token ids: the chat template (or raw prompt), then the opened thinking section on thinking tiers.
+        """Prompt token ids: the chat template (or raw prompt), then the opened thinking section on thinking tiers (an
+        empty one, opened and closed, on tiers with empty_thinking).
 
         Chat templates of R1-style models open the section themselves (the generation prompt ends with
         "<think>\n"); it is then not opened twice."""
@@ -226,7 +227,8 @@ class TierEngine:
         if self.delimiters is None:
             return ids
         opened = text.endswith(self.delimiters.start + "\n")
-        return open_section(ids, self.thinking_tokens, opened, request.thinking_tokens)
+        budget = request.thinking_tokens if self.tier.thinking else 0  # empty_thinking: the section closed at once
+        return open_section(ids, self.thinking_tokens, opened, budget)
 
     def _sampling_params(self, request: TierRequest, limits: DecodeLimits) -> Any:
         from vllm import SamplingParams

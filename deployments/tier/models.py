@@ -6,8 +6,11 @@
   the prompt; the thinking budget closes it).
 - `builtin:tiny-random`: a 2-layer Qwen2 with random (seeded) weights and a small BPE
   tokenizer trained here: fast enough for integration tests on two CPU cores.
+- `builtin:reasoner-small`, `builtin:reasoner-large`: the project's own reasoning model, trained from scratch by
+  `thinktier train reasoner` (training/reasoner/). The small one ships in the package (artifacts/reasoner-small);
+  the large one is trained on a GPU into the cache folder and loaded from there.
 
-Folders are cached under $THINKTIER_CACHE (default ~/.cache/thinktier)/models.
+Built folders are cached under $THINKTIER_CACHE (default ~/.cache/thinktier)/models.
 """
 
 from __future__ import annotations
@@ -275,13 +278,42 @@ def _built(folder: Path) -> bool:
         return False
 
 
+ARTIFACTS = Path(__file__).parent / "artifacts"
+TRAINED: dict[str, str] = {
+    "reasoner-small": "thinktier train reasoner --size small",
+    "reasoner-large": "thinktier train reasoner --size large --device cuda",
+}
+"""Builtin models trained by the project, with the command that trains each: a shipped artifact, else the cache's."""
+
+
+def builtin_names() -> list[str]:
+    return sorted(BUILTIN_PREFIX + n for n in (*BUILDERS, *TRAINED))
+
+
+def trained_model_dir(name: str) -> Path:
+    """Where a trained builtin is read from: the package's artifact when it ships one, else the cache folder."""
+    shipped = ARTIFACTS / name
+    return shipped if (shipped / "config.json").exists() else cache_dir() / name
+
+
+def _resolve_trained(spec: str, name: str) -> str:
+    folder = trained_model_dir(name)
+    _check_readable(spec, folder)
+    if not (folder / "config.json").exists():
+        raise RuntimeError(f"{spec} is not trained on this machine ({folder} has no model): run `{TRAINED[name]}`, "
+                           f"which saves it there")
+    return str(folder)
+
+
 def resolve_model(spec: str) -> str:
-    """A model folder for `spec`: a path as is, or a builtin model built on first use."""
+    """A model folder for `spec`: a path as is, a trained builtin where it was saved, or a builtin built on first use."""
     if not spec.startswith(BUILTIN_PREFIX):
         return spec
     name = spec.removeprefix(BUILTIN_PREFIX)
+    if name in TRAINED:
+        return _resolve_trained(spec, name)
     if name not in BUILDERS:
-        raise ValueError(f"unknown builtin model {spec!r}; builtins are {sorted(BUILTIN_PREFIX + n for n in BUILDERS)}")
+        raise ValueError(f"unknown builtin model {spec!r}; builtins are {builtin_names()}")
     dest = cache_dir() / name
     _check_readable(spec, dest)
     if _built(dest):

@@ -29,6 +29,13 @@ class Tier(StrictModel):
     thinking: bool = Field(
         True, description="Whether the tier writes a thinking section before the answer.", json_schema_extra=DEPLOY_TIME
     )
+    empty_thinking: bool = Field(
+        False,
+        description="On a tier with thinking: false, end the prompt with an empty thinking section (opened and closed), "
+        "so that a reasoning model answers at once (its thinking-off mode) instead of thinking in the visible answer. "
+        "The delimiters come from reasoning_parser.",
+        json_schema_extra=DEPLOY_TIME,
+    )
     reasoning_parser: str = Field(
         DEFAULT_REASONING_PARSER,
         description="vLLM reasoning parser of the model (a name of vLLM's ReasoningParserManager: deepseek_r1, qwen3, "
@@ -87,6 +94,9 @@ class Tier(StrictModel):
                 )
             if not self.thinking and budget.thinking_tokens:
                 problems.append(f"budgets.{effort}.thinking_tokens: must be 0 on a tier with thinking: false")
+        if self.thinking and self.empty_thinking:
+            problems.append("empty_thinking: applies to tiers with thinking: false (a thinking tier opens the section "
+                            "itself); remove it or set thinking: false")
         return problems
 
     def _gpu_problems(self) -> list[str]:

@@ -1,0 +1,1 @@
+"""The reasoner's behaviours measured on the tier engine: thinking length, accuracy, budgets, overthinking, votes."""

@@ -1,0 +1,1 @@
+"""Tests of model training: the reasoner's task family, its traces, tokenizer and training loop."""

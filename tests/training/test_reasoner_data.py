@@ -1,0 +1,124 @@
+"""The reasoner's task family and training documents: answers are checked exactly, traces work the chain correctly
+(apart from the slips they are meant to have), and every serving shape of a thinking section is taught."""
+
+from __future__ import annotations
+
+import random
+import re
+
+import pytest
+
+from thinktier.training.reasoner.corpus import CorpusMix, ExampleEncoder, build_tokenizer, examples
+from thinktier.training.reasoner.sizes import SIZES
+from thinktier.training.reasoner.tasks import LANGUAGES, ChainProblem, problems, sample_chat
+from thinktier.training.reasoner.traces import PROBE, TraceSettings, full_document, problem_trace, thinking_lines
+
+EXACT = TraceSettings(slip_rate=0.0)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():  # type: ignore[no-untyped-def]
+    return build_tokenizer(seed=0, documents=200)
+
+
+def test_answer_is_the_chain_modulo_100_and_checked_exactly() -> None:
+    problem = ChainProblem(start=95, step=17, count=3)
+    assert problem.answer == (95 + 51) % 100 == 46
+    assert problem.is_correct("The number you end with is $\\boxed{46}$.")
+    assert not problem.is_correct("The number you end with is $\\boxed{47}$.")
+    assert not problem.is_correct("")
+    assert ChainProblem(start=0, step=50, count=2).is_correct("\\boxed{00}")  # 0 written with two digits
+
+
+def test_prompts_are_in_three_languages_and_name_the_numbers() -> None:
+    rng = random.Random(3)
+    for language in LANGUAGES:
+        problem = ChainProblem(start=12, step=34, count=56, language=language, template=rng.randrange(3))
+        assert {"12", "34", "56"} <= set(re.findall(r"\d+", problem.prompt))
+    assert len({ChainProblem(1, 11, 1, lang).prompt for lang in LANGUAGES}) == 3
+
+
+def test_evaluation_sets_are_seeded_and_respect_the_class_ranges() -> None:
+    difficulty = SIZES["small"].difficulty
+    first, again = problems(difficulty, 10, seed=5), problems(difficulty, 10, seed=5)
+    assert first == again
+    assert first != problems(difficulty, 10, seed=6)
+    for name, problem in first:
+        lo, hi = difficulty.counts(name)
+        assert lo <= problem.count <= hi
+        assert difficulty.of(problem.count) == name
+
+
+def test_exact_trace_reaches_the_answer_and_checks_itself() -> None:
+    problem = ChainProblem(start=7, step=48, count=12)
+    lines = thinking_lines(problem, random.Random(0), EXACT)
+    text = "".join(line.text for line in lines)
+    steps = re.findall(r"Step (\d+)/12: (\d+)\+48: .*?, so (\d+)\.", text)
+    assert [int(i) for i, _, _ in steps] == list(range(1, 13))
+    assert all(int(kept) == (int(before) + 48) % 100 for _, before, kept in steps)
+    assert f"After 12 steps I have {problem.answer}." in text
+    assert text.endswith(f"So the answer is {problem.answer}.\n")
+
+
+def test_check_lengths_vary_and_slips_happen_at_about_the_set_rate() -> None:
+    rng = random.Random(1)
+    checks = set()
+    wrong = total = 0
+    for _ in range(200):
+        problem = ChainProblem(start=rng.randrange(100), step=rng.randrange(11, 100), count=20)
+        lines = thinking_lines(problem, rng, TraceSettings(slip_rate=0.02))
+        text = "".join(line.text for line in lines)
+        found = re.search(r"check the first (\d+) steps", text)
+        checks.add(int(found.group(1)) if found else 0)
+        for before, step, kept in re.findall(r"Step \d+/20: (\d+)\+(\d+): .*?, so (\d+)\.", text):
+            total += 1
+            wrong += int(kept) != (int(before) + int(step)) % 100
+    assert len(checks) >= 8  # the overthinking has many lengths
+    assert 0.01 < wrong / total < 0.08  # two columns, 2% each
+
+
+def test_every_serving_shape_is_taught_and_the_forced_tokens_are_not(tokenizer) -> None:  # type: ignore[no-untyped-def]
+    end = tokenizer.convert_tokens_to_ids("</think>")
+    probe_ids = tokenizer.encode(PROBE, add_special_tokens=False)
+    seen = {"full": 0, "cut": 0, "probe": 0, "off": 0, "chat": 0}
+    stream = examples(tokenizer, SIZES["small"].difficulty, 0, CorpusMix(), EXACT, max_count=6)
+    for _ in range(300):
+        count, example = next(stream)
+        text = tokenizer.decode(example.ids)
+        learned = [i for i, keep in zip(example.ids, example.learned, strict=True) if keep]
+        if count == 0:
+            seen["chat"] += 1
+        elif "Oh, I suddenly got the answer" in text:
+            seen["probe"] += 1
+            assert not any(learned[i:i + len(probe_ids)] == probe_ids for i in range(len(learned)))
+        elif "<think>\n</think>" in text:
+            seen["off"] += 1
+        elif "So the answer is" in text:
+            seen["full"] += 1
+            assert end in learned  # the model ends its own thinking
+        else:
+            seen["cut"] += 1
+            assert end not in learned  # a forced end is never learned
+    assert all(n > 0 for n in seen.values()), seen
+
+
+def test_cut_answer_is_the_best_value_so_far(tokenizer) -> None:  # type: ignore[no-untyped-def]
+    problem = ChainProblem(start=10, step=20, count=8)
+    trace = problem_trace(problem, random.Random(0), EXACT)
+    encoder = ExampleEncoder(tokenizer)
+    for seed in range(20):
+        text = tokenizer.decode(encoder.cut(trace, random.Random(seed), probe=False).ids)
+        thinking = text.split("<think>\n")[1].split("</think>")[0]
+        done = re.findall(r"so (\d+)\.\n", thinking.split("After")[0])
+        best = int(done[-1]) if done else problem.start
+        if "After 8 steps" in thinking:
+            best = problem.answer
+        assert text.endswith(f"$\\boxed{{{best}}}$.<|im_end|>")
+
+
+def test_full_document_answers_in_the_prompt_language() -> None:
+    rng = random.Random(0)
+    problem = ChainProblem(start=3, step=30, count=2, language="fr")
+    doc = full_document(problem_trace(problem, rng, EXACT))
+    assert doc.segments[-1].text.startswith("Le nombre final est")
+    assert sample_chat(random.Random(0), "es").language == "es"

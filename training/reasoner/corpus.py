@@ -1,0 +1,153 @@
+"""The reasoner's tokenizer and its training examples as token ids with a learned-or-not mask per token.
+
+The tokenizer is a byte-level BPE trained on the task family's own text, with digits kept one token each (as Llama
+and Qwen tokenize numbers), ChatML's turn markers, and `<think>`/`</think>` as single special tokens, so vLLM's
+`deepseek_r1` reasoning parser and the tier's thinking budget work on it unchanged.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from thinktier.training.reasoner.tasks import LANGUAGES, Difficulty, sample_chat, sample_problem
+from thinktier.training.reasoner.traces import (
+    CLOSE,
+    PROBE,
+    Document,
+    TraceSettings,
+    chat_document,
+    chat_template,
+    full_document,
+    off_document,
+    problem_trace,
+)
+
+SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>")
+CHATML_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+VOCAB_SIZE = 1024
+
+
+def build_tokenizer(seed: int, documents: int = 600) -> Any:
+    """A PreTrainedTokenizerFast trained on seeded documents of every shape and language."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    rng = random.Random(seed)
+    texts = [PROBE]
+    for i in range(documents):
+        if i % 4 == 0:
+            doc = chat_document(sample_chat(rng, LANGUAGES[i % 3]), thinking=i % 8 == 0)
+        else:
+            problem = sample_problem(rng, rng.randint(1, 12), LANGUAGES[i % 3])
+            doc = full_document(problem_trace(problem, rng, TraceSettings()))
+        texts.append("".join(s.text for s in doc.segments))
+    bpe = Tokenizer(models.BPE(unk_token=None))
+    bpe.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
+    )
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB_SIZE, special_tokens=list(SPECIAL_TOKENS), show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    bpe.train_from_iterator(texts, trainer=trainer)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+        additional_special_tokens=["<think>", "</think>"],
+    )
+    tokenizer.chat_template = CHATML_TEMPLATE
+    return tokenizer
+
+
+@dataclass
+class Example:
+    ids: list[int]
+    learned: list[bool]
+
+
+@dataclass(frozen=True)
+class CorpusMix:
+    """Shares of each kind of example; the rest are problems worked in full."""
+
+    chat: float = 0.06
+    off: float = 0.05
+    cut: float = 0.15
+    probe: float = 0.15
+
+
+class ExampleEncoder:
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+
+    def _ids(self, text: str) -> list[int]:
+        ids: list[int] = self.tokenizer.encode(text, add_special_tokens=False)
+        return ids
+
+    def document(self, doc: Document) -> Example:
+        example = Example([], [])
+        for segment in doc.segments:
+            ids = self._ids(segment.text)
+            example.ids += ids
+            example.learned += [segment.learned] * len(ids)
+        return example
+
+    def cut(self, problem_trace_: Any, rng: random.Random, probe: bool) -> Example:
+        """A problem's thinking closed (or probed) after a random number of its tokens."""
+        trace = problem_trace_
+        example = Example(self._ids(chat_template(trace.problem.prompt)), [])
+        example.learned = [False] * len(example.ids)
+        opening = self._ids("<think>\n")
+        example.ids += opening
+        example.learned += [True] * len(opening)
+        line_ids = [self._ids(line.text) for line in trace.lines]
+        total = sum(len(ids) for ids in line_ids)
+        cut = rng.randrange(total)
+        done = 0
+        for index, ids in enumerate(line_ids):
+            if done + len(ids) > cut:
+                example.ids += ids[: cut - done]
+                example.learned += [True] * (cut - done)
+                best = trace.best_after(index)
+                break
+            example.ids += ids
+            example.learned += [True] * len(ids)
+            done += len(ids)
+        if probe:
+            tail = self._ids(PROBE)
+            answer = self._ids(f"{best}}} \\]<|im_end|>")
+        else:
+            tail = self._ids(CLOSE)
+            answer = self._ids(trace.problem.answer_text(best) + "<|im_end|>")
+        example.ids += tail + answer
+        example.learned += [False] * len(tail) + [True] * len(answer)
+        return example
+
+
+def examples(tokenizer: Any, difficulty: Difficulty, seed: int, mix: CorpusMix, settings: TraceSettings,
+             max_count: int) -> Iterator[tuple[int, Example]]:
+    """Endless seeded examples, each with the step count it was drawn for (0 for chat), for length bucketing."""
+    rng = random.Random(seed)
+    encoder = ExampleEncoder(tokenizer)
+    while True:
+        draw = rng.random()
+        if draw < mix.chat:
+            yield 0, encoder.document(chat_document(sample_chat(rng), thinking=rng.random() < 0.5))
+            continue
+        count = rng.randint(1, max_count)
+        problem = sample_problem(rng, count)
+        draw -= mix.chat
+        if draw < mix.off:
+            yield count, encoder.document(off_document(problem))
+            continue
+        trace = problem_trace(problem, rng, settings)
+        draw -= mix.off
+        if draw < mix.cut + mix.probe:
+            yield count, encoder.cut(trace, rng, probe=draw >= mix.cut)
+        else:
+            yield count, encoder.document(full_document(trace))

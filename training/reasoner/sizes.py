@@ -1,0 +1,55 @@
+"""The reasoner's two sizes: the model, the difficulty of its task family and its training run, per size."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from thinktier.training.reasoner.tasks import Difficulty
+
+SizeName = Literal["small", "large"]
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """A Qwen2 decoder (an architecture vLLM serves unchanged). Head size 32: vLLM's CPU attention needs 32 or 64."""
+
+    hidden: int
+    layers: int
+    heads: int
+    intermediate: int
+    context: int
+
+
+@dataclass(frozen=True)
+class TrainingRun:
+    steps: int
+    tokens_per_step: int
+    learning_rate: float
+    warmup_steps: int
+    max_count: int
+    """Longest chain trained on: a little past the hard class, so the hardest problems are not at the edge."""
+
+
+@dataclass(frozen=True)
+class ReasonerSize:
+    name: SizeName
+    shape: ModelShape
+    difficulty: Difficulty
+    run: TrainingRun
+
+
+SIZES: dict[SizeName, ReasonerSize] = {
+    "small": ReasonerSize(
+        name="small",
+        shape=ModelShape(hidden=128, layers=4, heads=4, intermediate=512, context=4096),
+        difficulty=Difficulty(easy=(1, 2), medium=(5, 10), hard=(20, 30)),
+        run=TrainingRun(steps=1000, tokens_per_step=8192, learning_rate=3e-3, warmup_steps=50, max_count=32),
+    ),
+    "large": ReasonerSize(
+        name="large",
+        shape=ModelShape(hidden=512, layers=6, heads=16, intermediate=2048, context=12288),
+        difficulty=Difficulty(easy=(1, 2), medium=(10, 25), hard=(70, 100)),
+        run=TrainingRun(steps=1500, tokens_per_step=131072, learning_rate=1e-3, warmup_steps=100, max_count=105),
+    ),
+}

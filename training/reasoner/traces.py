@@ -1,0 +1,160 @@
+"""The reasoner's training documents: what the model is taught to write, token by token, with the tokens it learns.
+
+A problem's thinking works the chain one step a line, column by column ("Step 12/25: 85+48: 5+8=13, 8+4+1=13, so
+33."), states the result, then
+often checks itself by redoing the first steps for a length it picks at random (the overthinking real reasoning
+models show after they have found an answer, which certainty exit can cut), and answers in the prompt's language.
+Each line carries everything its successor needs (the step, the count, the running value), so every line is a short
+local computation, as a chain of thought is.
+
+Three other shapes teach what the serving stack does to a thinking section:
+- cut: the section is closed early (a thinking budget); the answer is then the best value the thinking had so far;
+- probe: Dynasor's probe is appended mid-thinking; the model completes the box with that same best value;
+- off: the section is closed at once (thinking off); the answer is the true one, which a small model can only
+  work out for the shortest chains.
+The forced `</think>` and the probe's text are never learned (the model must not write them itself).
+
+Sampled mistakes: a step's sum is wrong with a small probability and the chain goes on from the wrong value, so the
+model learns a calibrated chance of a slip per step: different samples slip at different steps, which is what a
+majority vote corrects.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Literal
+
+from thinktier.policies.schema.budgets import DYNASOR_PROBE
+from thinktier.training.reasoner.tasks import ChainProblem, ChatTurn
+
+Shape = Literal["full", "cut", "probe", "off"]
+CHAT_THINKING = "The user is just chatting; there is nothing to work out.\n"
+
+
+@dataclass(frozen=True)
+class TraceSettings:
+    slip_rate: float = 0.02
+    """Chance that one column's sum is off by one (as people slip)."""
+    confident_rate: float = 0.1
+    """Chance that the model answers without checking itself (more often on chains of fewer than four steps)."""
+
+
+@dataclass
+class Line:
+    text: str
+    best: int
+    """The answer the thinking would give if it stopped after this line."""
+
+
+@dataclass
+class Segment:
+    text: str
+    learned: bool
+
+
+@dataclass
+class Document:
+    """A training document as text segments, each learned or not; `lines` are the thinking's, for cuts."""
+
+    segments: list[Segment] = field(default_factory=list)
+
+    def add(self, text: str, learned: bool = True) -> None:
+        self.segments.append(Segment(text, learned))
+
+
+def _digit_sums(value: int, step: int, rng: random.Random, slip: float) -> tuple[int, int]:
+    """The ones and tens column sums of value + step, each off by one with probability `slip` (a person's slip)."""
+    ones = value % 10 + step % 10
+    if rng.random() < slip:
+        ones = max(0, ones + rng.choice((-1, 1)))
+    tens = value // 10 + step // 10 + ones // 10
+    if rng.random() < slip:
+        tens = max(0, tens + rng.choice((-1, 1)))
+    return ones, tens
+
+
+def _sum_line(label: str, index: int, count: int, value: int, step: int, rng: random.Random, slip: float) -> tuple[str, int]:
+    """One addition worked column by column, ones first (how a small model, like a pupil, adds reliably)."""
+    ones, tens = _digit_sums(value, step, rng, slip)
+    carry = "+1" if ones >= 10 else ""
+    kept = (tens % 10) * 10 + ones % 10
+    text = (f"{label} {index}/{count}: {value:02d}+{step}: {value % 10}+{step % 10}={ones}, "
+            f"{value // 10}+{step // 10}{carry}={tens}, so {kept:02d}.\n")
+    return text, kept
+
+
+def thinking_lines(problem: ChainProblem, rng: random.Random, settings: TraceSettings) -> list[Line]:
+    """The thinking of one problem, line by line, with the best answer after each line."""
+    p = problem
+    lines = [Line(f"I start at {p.start} and add {p.step}, {p.count} times, keeping two digits.\n", p.start)]
+    value = p.start
+    for i in range(1, p.count + 1):
+        text, value = _sum_line("Step", i, p.count, value, p.step, rng, settings.slip_rate)
+        lines.append(Line(text, value))
+    found = value
+    lines.append(Line(f"After {p.count} steps I have {found}.\n", found))
+    again = rng.randint((p.count + 1) // 2, p.count)
+    if rng.random() >= min(1.0, p.count / 4) * (1 - settings.confident_rate):
+        lines.append(Line("I am confident in this.\n", found))
+    else:
+        lines.append(Line(f"Let me check the first {again} steps again.\n", found))
+        value = p.start
+        for i in range(1, again + 1):
+            text, value = _sum_line("Again", i, again, value, p.step, rng, settings.slip_rate)
+            lines.append(Line(text, found))
+        lines.append(Line("Checked.\n", found))
+    lines.append(Line(f"So the answer is {found}.\n", found))
+    return lines
+
+
+def chat_template(user: str) -> str:
+    """The prompt as the tokenizer's chat template renders it (deployments/tier/models.py's ChatML)."""
+    return f"<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n"
+
+
+@dataclass(frozen=True)
+class ProblemTrace:
+    """One problem's document before its shape is applied: prompt, thinking lines, and the answer text builder."""
+
+    problem: ChainProblem
+    lines: list[Line]
+
+    def best_after(self, lines: int) -> int:
+        return self.lines[lines - 1].best if lines else self.problem.start
+
+
+def problem_trace(problem: ChainProblem, rng: random.Random, settings: TraceSettings) -> ProblemTrace:
+    return ProblemTrace(problem, thinking_lines(problem, rng, settings))
+
+
+def full_document(trace: ProblemTrace) -> Document:
+    doc = Document()
+    doc.add(chat_template(trace.problem.prompt), learned=False)
+    doc.add("<think>\n")
+    doc.add("".join(line.text for line in trace.lines))
+    doc.add("</think>\n\n")
+    doc.add(trace.problem.answer_text(trace.lines[-1].best) + "<|im_end|>")
+    return doc
+
+
+def off_document(problem: ChainProblem) -> Document:
+    doc = Document()
+    doc.add(chat_template(problem.prompt) + "<think>\n</think>\n\n", learned=False)
+    doc.add(problem.answer_text(problem.answer) + "<|im_end|>")
+    return doc
+
+
+def chat_document(turn: ChatTurn, thinking: bool) -> Document:
+    doc = Document()
+    if thinking:
+        doc.add(chat_template(turn.prompt), learned=False)
+        doc.add("<think>\n" + CHAT_THINKING + "</think>\n\n")
+    else:
+        doc.add(chat_template(turn.prompt) + "<think>\n</think>\n\n", learned=False)
+    doc.add(turn.reply + "<|im_end|>")
+    return doc
+
+
+PROBE = DYNASOR_PROBE
+CLOSE = "</think>\n\n"
