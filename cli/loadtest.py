@@ -10,16 +10,21 @@ from pathlib import Path
 from thinktier.loadtest.client import RequestOptions
 from thinktier.loadtest.measure import LoadSpec
 from thinktier.loadtest.metrics_scraper import RAY_LLM_METRICS, THINKTIER_METRICS
+from thinktier.loadtest.report import RunReport
 from thinktier.loadtest.runner import RunSettings, Target
 from thinktier.loadtest.workload import Mix, PromptPool
 from thinktier.policies.loader import DEFAULT_POLICY, PolicyError, load_policy
 from thinktier.policies.schema import EFFORTS
+from thinktier.training.reasoner.sizes import SIZES, SizeName
 
 DEFAULT_MIX = "easy=0.5,medium=0.3,hard=0.1,chat=0.1"
 THINKTIER_MODEL = "thinktier"
 EXPORTERS = {"thinktier": THINKTIER_METRICS, "ray-serve-llm": RAY_LLM_METRICS}
 """Whose metric names the scrape reads."""
 SINGLE_POOL_POLICY = Path(__file__).resolve().parent.parent / "policies" / "examples" / "single-pool.yaml"
+PROBLEM_SETS = "problem-sets"
+REASONER_PROMPTS: dict[str, SizeName] = {f"reasoner-{size}": size for size in SIZES}
+"""--prompts choices of the reasoner's task family, by the size whose difficulty they take."""
 
 
 def _rates(text: str) -> tuple[float, ...]:
@@ -57,6 +62,15 @@ def _add_workload_args(parser: argparse.ArgumentParser) -> None:
         f"(no reasoning needed); weights are normalised (default {DEFAULT_MIX})",
     )
     w.add_argument(
+        "--prompts",
+        choices=[PROBLEM_SETS, *REASONER_PROMPTS],
+        default=PROBLEM_SETS,
+        help="where the prompts come from: the packaged problem sets and chat prompts (answers not checked), or the "
+        "reasoner's task family at a size's difficulty (reasoner-small for builtin:reasoner-small): chained additions "
+        "per class and chat turns, drawn from --seed, every answer checked, so the report adds accuracy and correct "
+        f"goodput (default {PROBLEM_SETS})",
+    )
+    w.add_argument(
         "--rate",
         type=_rates,
         default=(1.0,),
@@ -91,14 +105,16 @@ def _add_workload_args(parser: argparse.ArgumentParser) -> None:
         "--languages",
         default="en",
         metavar="CODE[,CODE...]",
-        help="languages of the problem sets (ISO 639-1, e.g. en,fr,zh), or 'all' (default en)",
+        help="languages of the problem sets (ISO 639-1, e.g. en,fr,zh), or 'all' (default en); reasoner prompts take "
+        "one of en, es, fr, or all three mixed",
     )
     w.add_argument(
         "--max-prompt-chars",
         type=int,
         default=None,
         metavar="N",
-        help="leave out prompts longer than N characters (for servers with a small prompt limit; default: keep all)",
+        help="leave out problem-set prompts longer than N characters (for servers with a small prompt limit; default: "
+        "keep all); reasoner prompts are all short",
     )
     r = parser.add_argument_group("requests")
     r.add_argument(
@@ -182,7 +198,12 @@ def _options(args: argparse.Namespace, model: str | None, thinking_token_budget:
 
 def _pool(args: argparse.Namespace) -> PromptPool:
     languages = None if args.languages == "all" else [c.strip() for c in args.languages.split(",") if c.strip()]
-    return PromptPool.builtin(languages, args.max_prompt_chars)
+    if args.prompts == PROBLEM_SETS:
+        return PromptPool.builtin(languages, args.max_prompt_chars)
+    try:
+        return PromptPool.reasoner(REASONER_PROMPTS[args.prompts], args.seed, languages)
+    except ValueError as exc:
+        raise SystemExit(f"--prompts {args.prompts} --languages {args.languages}: {exc}") from None
 
 
 def _settings(args: argparse.Namespace) -> RunSettings:
@@ -201,6 +222,14 @@ def _out_dir(args: argparse.Namespace, command: str) -> Path:
 
 def _seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f} s"
+
+
+def _correctness(run: RunReport) -> str:
+    """Correct goodput and accuracy, for a run whose answers were checked; nothing otherwise."""
+    if run.correct_goodput_rps is None:
+        return ""
+    accuracy = "-" if run.overall.accuracy is None else f"{run.overall.accuracy:.1%}"
+    return f", correct goodput {run.correct_goodput_rps:.2f} req/s, accuracy {accuracy}"
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -223,7 +252,7 @@ def _run(args: argparse.Namespace) -> int:
         o = run.overall
         print(
             f"{run.label}: {o.requests} requests, {o.ok} ok, {o.shed} shed, {o.errors} errors; "
-            f"goodput {run.goodput_rps:.2f} req/s, TPS {run.tps:.1f}, TTFVT p99 {_seconds(o.ttfvt_s.p99)}"
+            f"goodput {run.goodput_rps:.2f} req/s{_correctness(run)}, TPS {run.tps:.1f}, TTFVT p99 {_seconds(o.ttfvt_s.p99)}"
         )
     print(f"wrote {len(paths)} files to {out} (start with {out / 'report.md'})")
     return 0
@@ -317,8 +346,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "loadtest",
         help="measure thinktier or any OpenAI-compatible endpoint under reasoning traffic",
         description="Replay realistic reasoning traffic (prompts of graded difficulty plus chat, bursty Gamma arrivals or "
-        "closed-loop batches) and report TTFVT, E2E, TPS, goodput under the policy's SLOs, thinking tokens, "
-        "shed and degraded requests, and KV occupancy and stragglers per tier.",
+        "closed-loop batches) and report TTFVT, E2E, TPS, goodput under the policy's SLOs, accuracy and correct "
+        "goodput (with --prompts reasoner-*), thinking tokens, shed and degraded requests, and KV occupancy and "
+        "stragglers per tier.",
     )
     commands = loadtest.add_subparsers(title="loadtest commands", metavar="COMMAND", required=True)
 

@@ -2,7 +2,8 @@
 
 TTFT is the first generated text of any kind (thinking included); TTFVT, the first *visible* token, is
 the first non-empty `content` delta: the thinking a reasoning model streams first (`reasoning`, or its
-deprecated name `reasoning_content`) is not something the user reads as an answer.
+deprecated name `reasoning_content`) is not something the user reads as an answer. The visible answer (the
+`content` deltas together) is checked against the prompt's answer when it has one.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from thinktier.loadtest.workload import WorkItem
+from thinktier.loadtest.workload import AnswerCheck, WorkItem
 from thinktier.policies.schema import Effort
 
 DECISION_HEADERS = {
@@ -83,6 +84,15 @@ class RequestResult:
     which is the token count for servers that stream a token per delta, as vLLM does."""
     retry_after_s: float | None = None
     decision: dict[str, str] = field(default_factory=dict)
+    correct: bool | None = None
+    """Whether the visible answer was right: None when the prompt has no checkable answer, False when no complete
+    answer came back."""
+
+    @classmethod
+    def of(cls, item: WorkItem, start_s: float) -> RequestResult:
+        """The result of `item` before it is sent: not yet right when its answer is checkable."""
+        correct = None if item.prompt.answer is None else False
+        return cls(item.index, item.prompt.request_class, item.prompt.id, start_s, batch=item.batch, correct=correct)
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> RequestResult:
@@ -119,12 +129,13 @@ def _has_text(delta: dict[str, Any], *names: str) -> bool:
 
 
 class _StreamTimer:
-    """Reads SSE chunks and stamps the first thinking and first answer delta."""
+    """Reads SSE chunks, stamps the first thinking and first answer delta, and keeps the answer's text."""
 
     def __init__(self, result: RequestResult, t0: float) -> None:
         self.result = result
         self.t0 = t0
         self.thinking_deltas = 0
+        self.answer_parts: list[str] = []
 
     def chunk(self, data: dict[str, Any], now: float) -> None:
         result = self.result
@@ -137,6 +148,8 @@ class _StreamTimer:
             thinking = _has_text(delta, *REASONING_FIELDS)
             answer = _has_text(delta, "content")
             self.thinking_deltas += thinking
+            if answer:
+                self.answer_parts.append(delta["content"])
             if (thinking or answer) and result.ttft_s is None:
                 result.ttft_s = now - self.t0
             if answer and result.ttfvt_s is None:
@@ -148,18 +161,21 @@ class _StreamTimer:
             details = usage.get("completion_tokens_details") or {}
             result.reasoning_tokens = details.get("reasoning_tokens")
 
-    def finish(self) -> None:
-        """At the end of the stream: the thinking deltas stand in for a reasoning count the server did not report."""
+    def finish(self, answer: AnswerCheck | None) -> None:
+        """At the end of the stream: the thinking deltas stand in for a reasoning count the server did not report, and
+        a complete answer is checked by `answer`."""
         result = self.result
         if result.reasoning_tokens is None and self.thinking_deltas:
             result.reasoning_tokens = min(self.thinking_deltas, result.completion_tokens or self.thinking_deltas)
+        if answer is not None and result.ok:
+            result.correct = answer.is_correct("".join(self.answer_parts))
 
 
 async def send(client: httpx.AsyncClient, url: str, item: WorkItem, options: RequestOptions, run_t0: float) -> RequestResult:
     """Send one streaming chat completion to `url` (the /v1/chat/completions endpoint) and time it.
     Never raises for server or network trouble: that is recorded in the result."""
     t0 = time.perf_counter()
-    result = RequestResult(item.index, item.prompt.request_class, item.prompt.id, t0 - run_t0, batch=item.batch)
+    result = RequestResult.of(item, t0 - run_t0)
     try:
         async with client.stream("POST", url, json=options.body(item.prompt.text), headers=options.headers()) as response:
             result.status = response.status_code
@@ -175,7 +191,7 @@ async def send(client: httpx.AsyncClient, url: str, item: WorkItem, options: Req
                 if payload == "[DONE]":
                     break
                 timer.chunk(json.loads(payload), time.perf_counter())
-            timer.finish()
+            timer.finish(item.prompt.answer)
         result.e2e_s = time.perf_counter() - t0
     except (httpx.HTTPError, json.JSONDecodeError) as exc:
         result.error = f"{type(exc).__name__}: {exc}"

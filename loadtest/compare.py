@@ -75,6 +75,8 @@ def _of_class(cls: str, stat: Callable[[ClassStats], float | None]) -> Callable[
 
 METRICS: tuple[Metric, ...] = (
     Metric("goodput req/s", lambda r: r.goodput_rps, True),
+    Metric("correct goodput req/s", lambda r: r.correct_goodput_rps, True),
+    Metric("accuracy", lambda r: r.overall.accuracy, True),
     Metric("SLO attainment", lambda r: r.overall.slo_attainment, True),
     Metric("TPS (tokens/s)", lambda r: r.tps, True),
     Metric("answer TPS", lambda r: r.answer_tps, True),

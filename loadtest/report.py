@@ -1,6 +1,6 @@
 """Turn run records into the ASU view (per class and overall: latency percentiles, TPS, goodput under the
-policy's SLOs, thinking tokens, shed and degraded counts, KV occupancy and stragglers per tier), and write
-it as JSON and Markdown.
+policy's SLOs, accuracy and correct goodput where answers are checkable, thinking tokens, shed and degraded counts,
+KV occupancy and stragglers per tier), and write it as JSON and Markdown.
 
 Chat prompts have no SLO class of their own in the policy; they are held to the `easy` SLO.
 """
@@ -67,6 +67,17 @@ class ClassStats(BaseModel):
     goodput_rps: float
     tiers: dict[str, int]
     """Requests per tier the server reported (x-thinktier-tier)."""
+    checked: int = 0
+    """Ok requests whose prompt has a checkable answer. This and the fields below default for reports saved before
+    answers were checked."""
+    correct: int = 0
+    """Checked requests whose visible answer was right."""
+    accuracy: float | None = None
+    """correct / checked; None when no ok request had a checkable answer."""
+    correct_slo_met: int = 0
+    """Requests whose answer was right and that met their SLO."""
+    correct_goodput_rps: float | None = None
+    """correct_slo_met per second, as goodput; None when no request's prompt had a checkable answer."""
 
 
 class TierStats(BaseModel):
@@ -104,6 +115,8 @@ class RunReport(BaseModel):
     answer_tps: float | None
     """Answer tokens per second; None when no successful request's thinking/answer split is known."""
     goodput_rps: float
+    correct_goodput_rps: float | None = None
+    """Requests per second that were right and met their SLO; None when no answer was checkable."""
     overall: ClassStats
     classes: dict[str, ClassStats]
     tiers: list[TierStats]
@@ -130,11 +143,19 @@ def goodput_rps(met_slo: int, duration_s: float) -> float:
     return met_slo / duration_s if duration_s > 0 else 0.0
 
 
+def _met_slo(result: RequestResult, slos: dict[DifficultyClass, SLO]) -> bool:
+    return result.ok and slos[SLO_CLASS[result.request_class]].met(result.ttfvt_s, result.e2e_s)
+
+
 def class_stats(results: Sequence[RequestResult], slos: dict[DifficultyClass, SLO], duration_s: float) -> ClassStats:
     ok = [r for r in results if r.ok]
     thinking = [float(r.reasoning_tokens) for r in ok if r.reasoning_tokens is not None]
     answers = [float(a) for r in ok if (a := r.answer_tokens) is not None]
-    met = sum(r.ok and slos[SLO_CLASS[r.request_class]].met(r.ttfvt_s, r.e2e_s) for r in results)
+    met = [r for r in results if _met_slo(r, slos)]
+    checked = [r for r in ok if r.correct is not None]
+    correct = sum(bool(r.correct) for r in checked)
+    correct_met = sum(bool(r.correct) for r in met)
+    checkable = any(r.correct is not None for r in results)
     return ClassStats(
         requests=len(results),
         ok=len(ok),
@@ -148,10 +169,15 @@ def class_stats(results: Sequence[RequestResult], slos: dict[DifficultyClass, SL
         thinking_tokens_mean=_mean(thinking),
         thinking_tokens_p50=float(np.median(thinking)) if thinking else None,
         answer_tokens_mean=_mean(answers),
-        slo_met=met,
-        slo_attainment=met / len(results) if results else None,
-        goodput_rps=goodput_rps(met, duration_s),
+        slo_met=len(met),
+        slo_attainment=len(met) / len(results) if results else None,
+        goodput_rps=goodput_rps(len(met), duration_s),
         tiers=dict(Counter(r.decision["tier"] for r in results if "tier" in r.decision)),
+        checked=len(checked),
+        correct=correct,
+        accuracy=correct / len(checked) if checked else None,
+        correct_slo_met=correct_met,
+        correct_goodput_rps=goodput_rps(correct_met, duration_s) if checkable else None,
     )
 
 
@@ -205,6 +231,7 @@ def run_report(record: RunRecord, slos: dict[DifficultyClass, SLO]) -> RunReport
         tps=completion / duration if duration > 0 else 0.0,
         answer_tps=(sum(answers) / duration if duration > 0 else 0.0) if answers else None,
         goodput_rps=overall.goodput_rps,
+        correct_goodput_rps=overall.correct_goodput_rps,
         overall=overall,
         classes={
             c: class_stats(members, slos, duration)
@@ -242,30 +269,31 @@ def markdown(report: Report) -> str:
         "",
         "## Summary",
         "",
-        "| run | offered req/s | achieved req/s | TPS | goodput req/s | SLO met | TTFVT p99 s | E2E p99 s "
-        "| shed | degraded | errors |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| run | offered req/s | achieved req/s | TPS | goodput req/s | correct goodput req/s | accuracy | SLO met "
+        "| TTFVT p99 s | E2E p99 s | shed | degraded | errors |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for run in report.runs:
         o = run.overall
         lines.append(
             f"| {run.label} | {_fmt(run.offered_rate_rps)} | {_fmt(run.achieved_rate_rps)} | {_fmt(run.tps, 1)} | "
-            f"{_fmt(run.goodput_rps)} | {_fmt(o.slo_attainment)} | {_fmt(o.ttfvt_s.p99)} | {_fmt(o.e2e_s.p99)} | "
-            f"{o.shed} | {o.degraded} | {o.errors} |"
+            f"{_fmt(run.goodput_rps)} | {_fmt(run.correct_goodput_rps)} | {_fmt(o.accuracy)} | {_fmt(o.slo_attainment)} | "
+            f"{_fmt(o.ttfvt_s.p99)} | {_fmt(o.e2e_s.p99)} | {o.shed} | {o.degraded} | {o.errors} |"
         )
     for run in report.runs:
         lines += ["", f"## {run.label} ({run.mode} loop, {run.duration_s:.1f} s)", ""]
         lines += [
             "| class | requests | ok | shed | degraded | errors | no answer | TTFVT p50/p90/p99 s | E2E p50/p90/p99 s | "
-            "thinking tok/req | answer tok/req | SLO met | goodput req/s | tiers |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+            "thinking tok/req | answer tok/req | SLO met | goodput req/s | accuracy | correct goodput req/s | tiers |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for name, c in [*run.classes.items(), ("all", run.overall)]:
             tiers = ", ".join(f"{t}: {n}" for t, n in sorted(c.tiers.items())) or "-"
             lines.append(
                 f"| {name} | {c.requests} | {c.ok} | {c.shed} | {c.degraded} | {c.errors} | {c.no_answer} | {_pcts(c.ttfvt_s)} | "
                 f"{_pcts(c.e2e_s)} | {_fmt(c.thinking_tokens_mean, 1)} | {_fmt(c.answer_tokens_mean, 1)} | "
-                f"{_fmt(c.slo_attainment)} | {_fmt(c.goodput_rps)} | {tiers} |"
+                f"{_fmt(c.slo_attainment)} | {_fmt(c.goodput_rps)} | {_fmt(c.accuracy)} | {_fmt(c.correct_goodput_rps)} | "
+                f"{tiers} |"
             )
         answer = _fmt(run.answer_tps, 1)
         lines += ["", f"TPS {run.tps:.1f} (answer only {answer}); achieved {run.achieved_rate_rps:.2f} req/s.", ""]

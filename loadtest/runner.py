@@ -106,7 +106,7 @@ class _Session:
                 timeout=self.settings.request_timeout_s,
             )
         except TimeoutError:
-            result = RequestResult(item.index, item.prompt.request_class, item.prompt.id, start_s, batch=item.batch)
+            result = RequestResult.of(item, start_s)
             result.error = f"no complete response within {self.settings.request_timeout_s:g} s (--request-timeout)"
         self.progress.finished(result)
         return result

@@ -1,6 +1,10 @@
 """What the load test sends and when: a seeded mix of prompts by difficulty class, on an open-loop
 Gamma arrival process or in closed-loop batches.
 
+Prompts come from the packaged problem sets (no answers to check) or from the reasoner's task family
+(`PromptPool.reasoner`), whose every prompt carries what checks its answer: a chained addition its exact result, a
+chat turn the reply the model is taught, right when the visible answer equals it after stripping whitespace.
+
 Gamma inter-arrival times with shape k and rate r have mean 1/r and coefficient of variation 1/sqrt(k):
 k = 1 is a Poisson process, k < 1 is burstier (requests come in clumps with long gaps), as reasoning
 traffic tends to be. Everything is drawn from one `numpy.random.Generator` seeded by the user, so the
@@ -10,17 +14,22 @@ same arguments give the same requests at the same offsets.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import random
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal, get_args
+from typing import Literal, Protocol, get_args
 
 import numpy as np
 
 from thinktier.training.data.chat_prompts import chat_prompts
 from thinktier.training.data.problems import Problem, load_problems
+from thinktier.training.reasoner import tasks
+from thinktier.training.reasoner.sizes import SIZES, SizeName
 
 RequestClass = Literal["easy", "medium", "hard", "chat"]
 REQUEST_CLASSES: tuple[RequestClass, ...] = get_args(RequestClass)
+REASONER_PROMPTS_PER_CLASS = 500
+"""Distinct prompts per class of a reasoner pool: requests draw from them, so a problem rarely repeats."""
 
 
 @dataclass(frozen=True)
@@ -54,6 +63,22 @@ class Mix:
         return ",".join(f"{c}={s:g}" for c, s in self.shares.items() if s > 0)
 
 
+class AnswerCheck(Protocol):
+    """What tells a right visible answer from a wrong one (a task family's problem, or an exact reply)."""
+
+    def is_correct(self, text: str | None) -> bool: ...
+
+
+@dataclass(frozen=True)
+class ExactReply:
+    """A chat turn's taught reply: right when the visible answer equals it after stripping whitespace at both ends."""
+
+    reply: str
+
+    def is_correct(self, text: str | None) -> bool:
+        return (text or "").strip() == self.reply.strip()
+
+
 @dataclass(frozen=True)
 class Prompt:
     """One prompt the load test can send, with the class it is judged by."""
@@ -62,6 +87,8 @@ class Prompt:
     text: str
     request_class: RequestClass
     source: str
+    answer: AnswerCheck | None = None
+    """What checks the visible answer; None when the prompt has no checkable answer (the packaged problem sets)."""
 
 
 @dataclass(frozen=True)
@@ -93,6 +120,30 @@ class PromptPool:
         chat = [c.text for c in chat_prompts(["en"])]  # English, as the load tests were calibrated on
         return cls(problems, [c for c in chat if max_chars is None or len(c) <= max_chars])
 
+    @classmethod
+    def of_prompts(cls, prompts: Iterable[Prompt]) -> PromptPool:
+        """A pool of these prompts, each under its request class."""
+        pool = cls([], [])
+        for prompt in prompts:
+            pool.by_class[prompt.request_class].append(prompt)
+        return pool
+
+    @classmethod
+    def reasoner(cls, size: SizeName, seed: int, languages: Sequence[str] | None = None,
+                 per_class: int = REASONER_PROMPTS_PER_CLASS) -> PromptPool:
+        """The reasoner's task family at `size`'s difficulty, seeded: `per_class` chained additions of each class (the
+        step counts of `SIZES[size].difficulty`), each checked by its exact answer, and as many chat turns, each checked
+        by its taught reply. `languages`: one of the family's languages, or None for all three mixed."""
+        language = _reasoner_language(languages)
+        source = f"reasoner-{size}"
+        drawn = tasks.problems(SIZES[size].difficulty, per_class, seed, language)
+        rng = random.Random(seed)
+        turns = [tasks.sample_chat(rng, language) for _ in range(per_class)]
+        return cls.of_prompts([
+            *(Prompt(f"{source}-{i}", p.prompt, c, source, p) for i, (c, p) in enumerate(drawn)),
+            *(Prompt(f"{source}-chat-{i}", t.prompt, "chat", source, ExactReply(t.reply)) for i, t in enumerate(turns)),
+        ])
+
     def check(self, mix: Mix) -> None:
         empty = [c for c, share in mix.shares.items() if share > 0 and not self.by_class[c]]
         if empty:
@@ -108,6 +159,16 @@ class PromptPool:
             group = self.by_class[classes[pick]]
             prompts.append(group[int(rng.integers(len(group)))])
         return prompts
+
+
+def _reasoner_language(languages: Sequence[str] | None) -> tasks.Language | None:
+    """The one language of `languages` the reasoner's prompts are written in; None (all three mixed) for None."""
+    if languages is None:
+        return None
+    chosen = [code for code in tasks.LANGUAGES if list(languages) == [code]]
+    if not chosen:
+        raise ValueError(f"the reasoner's prompts are in {list(tasks.LANGUAGES)}: give one of them or all, not {list(languages)}")
+    return chosen[0]
 
 
 def gamma_interarrivals(rng: np.random.Generator, rate: float, shape: float, count: int) -> np.ndarray:

@@ -42,6 +42,7 @@ def test_the_wheel_installs_one_import_package_with_every_module_and_data_file(w
     assert "thinktier/policies/default.yaml" in names
     assert "thinktier/deployments/classifier/artifacts/difficulty-v5.json" in names
     assert "thinktier/training/data/chat_prompts.json" in names
+    assert "thinktier/deployments/tier/artifacts/reasoner-small/model.safetensors" in names
 
 
 def test_an_empty_virtualenv_imports_thinktier_from_the_wheel_and_gets_no_generic_top_level_modules(

@@ -32,6 +32,7 @@ from thinktier.loadtest.report import build_report, class_stats
 from thinktier.loadtest.report import markdown as report_markdown
 from thinktier.loadtest.runner import RunRecord, RunSettings, Target, run_closed_loop
 from thinktier.loadtest.workload import (
+    ExactReply,
     Mix,
     Prompt,
     PromptPool,
@@ -208,6 +209,19 @@ def test_an_unknown_thinking_split_leaves_answer_tokens_unknown_not_all_answer()
     assert unknown.runs[0].answer_tps is None and "answer only -" in report_markdown(unknown)
     known = build_report("u", {}, slos, [RunRecord("r", "open", 1.0, 0.5, 10.0, [thought, plain], timeline)])  # type: ignore[arg-type]
     assert known.runs[0].answer_tps == 5.0  # the plain reply's 50 tokens over 10 s
+
+
+def test_every_answer_that_comes_back_is_checked_against_its_prompt(sse_url: str) -> None:
+    streamed = "".join(f"answer {i} " for i in range(ANSWER_TOKENS))
+    prompts = [
+        Prompt("right", "fast", "chat", "test", ExactReply(streamed)),
+        Prompt("wrong", "fast", "chat", "test", ExactReply("answer 0")),
+        Prompt("refused", "shed me", "chat", "test", ExactReply(streamed)),
+        Prompt("unchecked", "fast", "chat", "test"),
+    ]
+    items = [WorkItem(i, p, batch=0) for i, p in enumerate(prompts)]
+    record = asyncio.run(run_closed_loop(Target(sse_url), [items], RunSettings(progress=False), "checked"))
+    assert [r.correct for r in record.results] == [True, False, False, None]
 
 
 def test_a_429_counts_as_shed_with_its_retry_after(sse_url: str) -> None:

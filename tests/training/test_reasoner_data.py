@@ -53,10 +53,11 @@ def test_exact_trace_reaches_the_answer_and_checks_itself() -> None:
     problem = ChainProblem(start=7, step=48, count=12)
     lines = thinking_lines(problem, random.Random(0), EXACT)
     text = "".join(line.text for line in lines)
-    steps = re.findall(r"Step (\d+)/12: (\d+)\+48: .*?, so (\d+)\.", text)
-    assert [int(i) for i, _, _ in steps] == list(range(1, 13))
-    assert all(int(kept) == (int(before) + 48) % 100 for _, before, kept in steps)
-    assert f"After 12 steps I have {problem.answer}." in text
+    first_pass = text.split("That makes")[0]
+    steps = re.findall(r"^(\d+)\+48: .*?, so (\d+); (\d+) to go\.$", first_pass, re.MULTILINE)
+    assert [int(to_go) for _, _, to_go in steps] == list(range(11, -1, -1))
+    assert all(int(kept) == (int(before) + 48) % 100 for before, kept, _ in steps)
+    assert f"That makes {problem.answer}." in text
     assert text.endswith(f"So the answer is {problem.answer}.\n")
 
 
@@ -70,7 +71,7 @@ def test_check_lengths_vary_and_slips_happen_at_about_the_set_rate() -> None:
         text = "".join(line.text for line in lines)
         found = re.search(r"check the first (\d+) steps", text)
         checks.add(int(found.group(1)) if found else 0)
-        for before, step, kept in re.findall(r"Step \d+/20: (\d+)\+(\d+): .*?, so (\d+)\.", text):
+        for before, step, kept in re.findall(r"^(\d+)\+(\d+): .*?, so (\d+);", text.split("That makes")[0], re.MULTILINE):
             total += 1
             wrong += int(kept) != (int(before) + int(step)) % 100
     assert len(checks) >= 8  # the overthinking has many lengths
@@ -93,7 +94,7 @@ def test_every_serving_shape_is_taught_and_the_forced_tokens_are_not(tokenizer) 
             assert not any(learned[i:i + len(probe_ids)] == probe_ids for i in range(len(learned)))
         elif "<think>\n</think>" in text:
             seen["off"] += 1
-        elif "So the answer is" in text:
+        elif re.search(r"So the answer is \d+\.\n</think>", text):
             seen["full"] += 1
             assert end in learned  # the model ends its own thinking
         else:
@@ -109,9 +110,9 @@ def test_cut_answer_is_the_best_value_so_far(tokenizer) -> None:  # type: ignore
     for seed in range(20):
         text = tokenizer.decode(encoder.cut(trace, random.Random(seed), probe=False).ids)
         thinking = text.split("<think>\n")[1].split("</think>")[0]
-        done = re.findall(r"so (\d+)\.\n", thinking.split("After")[0])
+        done = re.findall(r"so (\d+); \d+ to go\.\n", thinking.split("That makes")[0])
         best = int(done[-1]) if done else problem.start
-        if "After 8 steps" in thinking:
+        if "That makes" in thinking and thinking.split("That makes")[1].strip():
             best = problem.answer
         assert text.endswith(f"$\\boxed{{{best}}}$.<|im_end|>")
 

@@ -44,7 +44,7 @@ SIZES: dict[SizeName, ReasonerSize] = {
         name="small",
         shape=ModelShape(hidden=128, layers=4, heads=4, intermediate=512, context=4096),
         difficulty=Difficulty(easy=(1, 2), medium=(5, 10), hard=(20, 30)),
-        run=TrainingRun(steps=1000, tokens_per_step=8192, learning_rate=3e-3, warmup_steps=50, max_count=32),
+        run=TrainingRun(steps=3000, tokens_per_step=16384, learning_rate=3e-3, warmup_steps=50, max_count=32),
     ),
     "large": ReasonerSize(
         name="large",

@@ -1,11 +1,10 @@
 """The reasoner's training documents: what the model is taught to write, token by token, with the tokens it learns.
 
-A problem's thinking works the chain one step a line, column by column ("Step 12/25: 85+48: 5+8=13, 8+4+1=13, so
-33."), states the result, then
-often checks itself by redoing the first steps for a length it picks at random (the overthinking real reasoning
+A problem's thinking works the chain one step a line, column by column, counting down the steps to go ("85+48: 5+8=13,
+8+4+1=13, so 33; 12 to go."), states the result ("That makes 41."), then often checks itself by redoing the first steps for a length it picks at random (the overthinking real reasoning
 models show after they have found an answer, which certainty exit can cut), and answers in the prompt's language.
-Each line carries everything its successor needs (the step, the count, the running value), so every line is a short
-local computation, as a chain of thought is.
+Each line carries everything its successor needs (the running value, the step, the steps to go), so every line is a
+short local computation, as a chain of thought is; whether another line follows is read off the line just written.
 
 Three other shapes teach what the serving stack does to a thinking section:
 - cut: the section is closed early (a thinking budget); the answer is then the best value the thinking had so far;
@@ -30,6 +29,8 @@ from thinktier.training.reasoner.tasks import ChainProblem, ChatTurn
 
 Shape = Literal["full", "cut", "probe", "off"]
 CHAT_THINKING = "The user is just chatting; there is nothing to work out.\n"
+RESULT = "That makes "
+"""Opens the line where the thinking first states its result; what follows is checking (overthinking)."""
 
 
 @dataclass(frozen=True)
@@ -74,13 +75,14 @@ def _digit_sums(value: int, step: int, rng: random.Random, slip: float) -> tuple
     return ones, tens
 
 
-def _sum_line(label: str, index: int, count: int, value: int, step: int, rng: random.Random, slip: float) -> tuple[str, int]:
-    """One addition worked column by column, ones first (how a small model, like a pupil, adds reliably)."""
+def _sum_line(label: str, value: int, step: int, to_go: int, rng: random.Random, slip: float) -> tuple[str, int]:
+    """One addition worked column by column, ones first (how a small model, like a pupil, adds reliably), then the
+    steps still to go: the line ends with what decides whether another line follows."""
     ones, tens = _digit_sums(value, step, rng, slip)
     carry = "+1" if ones >= 10 else ""
     kept = (tens % 10) * 10 + ones % 10
-    text = (f"{label} {index}/{count}: {value:02d}+{step}: {value % 10}+{step % 10}={ones}, "
-            f"{value // 10}+{step // 10}{carry}={tens}, so {kept:02d}.\n")
+    text = (f"{label}{value:02d}+{step}: {value % 10}+{step % 10}={ones}, {value // 10}+{step // 10}{carry}={tens}, "
+            f"so {kept:02d}; {to_go} to go.\n")
     return text, kept
 
 
@@ -90,10 +92,10 @@ def thinking_lines(problem: ChainProblem, rng: random.Random, settings: TraceSet
     lines = [Line(f"I start at {p.start} and add {p.step}, {p.count} times, keeping two digits.\n", p.start)]
     value = p.start
     for i in range(1, p.count + 1):
-        text, value = _sum_line("Step", i, p.count, value, p.step, rng, settings.slip_rate)
+        text, value = _sum_line("", value, p.step, p.count - i, rng, settings.slip_rate)
         lines.append(Line(text, value))
     found = value
-    lines.append(Line(f"After {p.count} steps I have {found}.\n", found))
+    lines.append(Line(f"{RESULT}{found}.\n", found))
     again = rng.randint((p.count + 1) // 2, p.count)
     if rng.random() >= min(1.0, p.count / 4) * (1 - settings.confident_rate):
         lines.append(Line("I am confident in this.\n", found))
@@ -101,7 +103,7 @@ def thinking_lines(problem: ChainProblem, rng: random.Random, settings: TraceSet
         lines.append(Line(f"Let me check the first {again} steps again.\n", found))
         value = p.start
         for i in range(1, again + 1):
-            text, value = _sum_line("Again", i, again, value, p.step, rng, settings.slip_rate)
+            text, value = _sum_line("Again ", value, p.step, again - i, rng, settings.slip_rate)
             lines.append(Line(text, found))
         lines.append(Line("Checked.\n", found))
     lines.append(Line(f"So the answer is {found}.\n", found))

@@ -51,7 +51,6 @@ def model_config(size: ReasonerSize, tokenizer: Any) -> Any:
         num_attention_heads=shape.heads,
         num_key_value_heads=shape.heads,
         max_position_embeddings=shape.context,
-        rope_parameters={"rope_type": "default", "rope_theta": 100_000.0},
         tie_word_embeddings=True,
         bos_token_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"),
         eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),

@@ -5,7 +5,7 @@ that closes the section at its budget, the answer decode after it, and self-cons
 seeded problems of the task family (training/reasoner/tasks.py) per difficulty class:
 
 - full: one sample with thinking up to the context (temperature 0.6): thinking tokens, accuracy, and the overthinking
-  after the result was first stated ("After N steps I have X.");
+  after the result was first stated ("That makes X.");
 - off: thinking off (a zero budget closes the section in the prompt), greedy: accuracy;
 - budget: thinking budgets from a few tokens to more than any problem needs: accuracy, and whether an answer came;
 - vote: five samples voting (self-consistency): the voted answer's accuracy against the samples' own.
@@ -25,11 +25,12 @@ from thinktier.deployments.tier.answers import extract_answer
 from thinktier.deployments.tier.protocol import TierChunk, TierRequest, collect
 from thinktier.policies.schema import DifficultyClass
 from thinktier.training.reasoner.tasks import ChainProblem
+from thinktier.training.reasoner.traces import RESULT
 
 if TYPE_CHECKING:
     from thinktier.deployments.tier.engine import TierEngine
 
-FOUND = re.compile(r"After \d+ steps I have \d+\.\n")
+FOUND = re.compile(re.escape(RESULT) + r"\d+\.\n")
 """The line where the model first states its result: what follows it is checking (overthinking)."""
 PHASES = ("full", "off", "budget", "vote")
 Problems = Sequence[tuple[DifficultyClass, ChainProblem]]

@@ -1,0 +1,40 @@
+"""The reasoner's GPU steps without the CLI (the GPU image has no Ray, which `thinktier`'s command modules import).
+
+    python3 scripts/gpu_reasoner.py train SIZE OUT_DIR [MAX_MINUTES]
+    python3 scripts/gpu_reasoner.py bench SIZE MODEL_DIR OUT_DIR
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+from thinktier.loadtest.bench.reasoner.behaviours import BehaviourSettings
+from thinktier.loadtest.bench.reasoner.run import run
+from thinktier.policies.loader import load_policy_with
+from thinktier.training.reasoner.sizes import SIZES
+from thinktier.training.reasoner.train import TrainingOptions, train
+
+GPU_POLICY = "policies/examples/reasoner-large.yaml"
+
+
+def main(argv: list[str]) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    step, size = argv[0], SIZES[argv[1]]
+    if step == "train":
+        minutes = float(argv[3]) if len(argv) > 3 else None
+        print(train(size, Path(argv[2]), TrainingOptions(device="cuda", max_minutes=minutes, log_every=100)))
+        return 0
+    policy = load_policy_with(GPU_POLICY, [("tiers.reasoning.model", argv[2])])
+    settings = BehaviourSettings(per_class=20, budget_per_class=8, vote_per_class=10,
+                                 budgets=(256, 1024, 2048, 4096, 8192, 11000))
+    report = run(("reasoning", policy.tiers["reasoning"]), size, settings, Path(argv[3]),
+                 f"python3 scripts/gpu_reasoner.py {' '.join(argv)}", "one NVIDIA H200")
+    for aim in report["aims"]:
+        print(("met    " if aim["met"] else "MISSED ") + aim["name"] + ": " + aim["measured"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,81 @@
+"""The README's reasoner demo: `thinktier up --policy policies/examples/reasoner.yaml` serves the project's own
+reasoning model, which works a chained addition out in its thinking and then answers it right."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from tests.conftest import free_port
+from thinktier.training.reasoner.tasks import ChainProblem
+
+THINKTIER = Path(sys.executable).parent / "thinktier"
+POLICY = Path(__file__).parents[2] / "policies" / "examples" / "reasoner.yaml"
+
+
+@pytest.fixture
+def up_reasoner() -> Iterator[str]:
+    port = free_port()
+    proc = subprocess.Popen(
+        [str(THINKTIER), "up", "--policy", str(POLICY), "--port", str(port)], stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True, start_new_session=True, env=os.environ | {"PYTHONUNBUFFERED": "1"},
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 900
+    try:
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"thinktier up exited with {proc.returncode} before it was ready:\n{proc.stdout.read()}")
+            if time.monotonic() > deadline:
+                pytest.fail("thinktier up was not ready after 900 s")
+            try:
+                if httpx.get(f"{url}/readyz", timeout=5).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(2)
+        yield url
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(120)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+@pytest.mark.integration
+def test_the_reasoner_thinks_first_then_answers_a_chained_addition_right(up_reasoner: str) -> None:
+    client = openai.OpenAI(base_url=f"{up_reasoner}/v1", api_key="unused")
+    problem = ChainProblem(start=37, step=48, count=6, language="es", template=1)
+    stream = client.chat.completions.create(
+        model="thinktier", reasoning_effort="high", messages=[{"role": "user", "content": problem.prompt}],
+        temperature=0.0, stream=True,
+    )
+    order: list[str] = []
+    reasoning, content = "", ""
+    for chunk in stream:
+        if not chunk.choices:
+            continue
+        delta = chunk.choices[0].delta
+        thought = (delta.model_extra or {}).get("reasoning") or ""
+        if thought:
+            order.append("reasoning")
+            reasoning += thought
+        if delta.content:
+            order.append("content")
+            content += delta.content
+    assert order and order[0] == "reasoning", "the thinking comes first"
+    assert "content" in order and "reasoning" not in order[order.index("content"):], "then only the answer"
+    assert "Step 6/6" in reasoning, "the thinking works every step of the chain"
+    assert problem.is_correct(content), f"{content!r} should give {problem.answer}"
+    assert content.startswith("El número final es"), "the answer is in the prompt's language"
