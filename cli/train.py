@@ -17,7 +17,8 @@ def _train(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     size = SIZES[args.size]
     out = args.out or trained_model_dir(f"reasoner-{args.size}")
-    record = train(size, out, TrainingOptions(seed=args.seed, steps=args.steps, device=args.device, max_minutes=args.max_minutes))
+    record = train(size, out, TrainingOptions(seed=args.seed, steps=args.steps, device=args.device, max_minutes=args.max_minutes,
+                                                  init_from=args.init_from, learning_rate=args.learning_rate))
     print(f"trained reasoner-{args.size} in {record['seconds']:.0f} s ({record['tokens']:,} tokens, final loss "
           f"{record['final_loss']:.3f}); saved in {out}")
     return 0
@@ -42,6 +43,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     reasoner.add_argument("--steps", type=int, default=None, help="optimizer steps (default: the size's)")
     reasoner.add_argument("--max-minutes", type=float, default=None,
                           help="stop after this many minutes, with the learning rate annealed by then (default: none)")
+    reasoner.add_argument("--init-from", type=Path, default=None,
+                          help="continue training this saved model folder instead of starting from scratch")
+    reasoner.add_argument("--learning-rate", type=float, default=None, help="peak learning rate (default: the size's)")
     reasoner.add_argument("--device", default="cpu", help="torch device: cpu, or cuda on a GPU machine (default cpu)")
     reasoner.add_argument("--out", type=Path, default=None,
                           help="where the model folder goes (default: where builtin:reasoner-<size> is loaded from: "

@@ -96,3 +96,18 @@ def test_a_built_model_can_be_read_by_every_user(cache: Path, monkeypatch: pytes
     }
     resolved = _resolve_as_another_user()
     assert resolved.returncode == 0 and resolved.stdout.strip() == str(folder), resolved.stderr
+
+
+def test_the_small_reasoner_ships_in_the_package_and_the_large_one_says_how_to_train_it(cache: Path) -> None:
+    small = Path(models.resolve_model("builtin:reasoner-small"))
+    assert small == models.ARTIFACTS / "reasoner-small"
+    config = json.loads((small / "config.json").read_text())
+    assert config["architectures"] == ["Qwen2ForCausalLM"]  # an architecture vLLM serves unchanged
+    with pytest.raises(RuntimeError, match="thinktier train reasoner --size large --device cuda"):
+        models.resolve_model("builtin:reasoner-large")
+    trained = cache / "models" / "reasoner-large"
+    trained.mkdir(parents=True)
+    (trained / "config.json").write_text("{}")
+    assert models.resolve_model("builtin:reasoner-large") == str(trained)
+    with pytest.raises(ValueError, match="builtin:reasoner-small"):
+        models.resolve_model("builtin:no-such")

@@ -354,3 +354,9 @@ def test_apply_command_refuses_an_invalid_policy(tmp_path: Path, capsys: pytest.
 def test_summary_names_routes_of_a_two_tier_policy() -> None:
     summary = cli_policy.summarize(load_policy(DEFAULT_POLICY))
     assert "requests naming no model: score >= 0.3 -> reasoning (medium >= 0.6, high >= 0.8), below -> chat" in summary
+
+
+def test_empty_thinking_on_a_thinking_tier_is_refused_with_the_fix() -> None:
+    found = problems(edit("  reasoning:\n", "  reasoning:\n    empty_thinking: true\n"))
+    assert found == ["p.yaml:4:21: tiers.reasoning.empty_thinking: applies to tiers with thinking: false (a thinking tier "
+                     "opens the section itself); remove it or set thinking: false"]

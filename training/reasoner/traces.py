@@ -1,7 +1,8 @@
 """The reasoner's training documents: what the model is taught to write, token by token, with the tokens it learns.
 
 A problem's thinking works the chain one step a line, column by column, counting down the steps to go ("85+48: 5+8=13,
-8+4+1=13, so 33; 12 to go."), states the result ("That makes 41."), then often checks itself by redoing the first steps for a length it picks at random (the overthinking real reasoning
+8+4+1=13, so 33; 12 to go."), states the result ("That makes 41."), then often checks itself
+by redoing the first steps for a length it picks at random (the overthinking real reasoning
 models show after they have found an answer, which certainty exit can cut), and answers in the prompt's language.
 Each line carries everything its successor needs (the running value, the step, the steps to go), so every line is a
 short local computation, as a chain of thought is; whether another line follows is read off the line just written.

@@ -13,7 +13,7 @@ import math
 import random
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,10 @@ class TrainingOptions:
     max_minutes: float | None = None
     """A cap on training time: the learning-rate schedule then follows the larger of step and time progress, so a run
     cut by the cap still ends annealed (and is no longer step-for-step reproducible)."""
+    init_from: Path | None = None
+    """Continue from this saved model folder (its weights and tokenizer) instead of starting from scratch."""
+    learning_rate: float | None = None
+    """Peak learning rate; None takes the size's."""
     log_every: int = 25
 
 
@@ -116,8 +120,15 @@ def train(size: ReasonerSize, dest: Path, options: TrainingOptions) -> dict[str,
 
     random.seed(options.seed)
     torch.manual_seed(options.seed)
-    tokenizer = build_tokenizer(options.seed)
-    model: Any = Qwen2ForCausalLM(model_config(size, tokenizer))
+    if options.init_from is None:
+        tokenizer = build_tokenizer(options.seed)
+        model: Any = Qwen2ForCausalLM(model_config(size, tokenizer))
+    else:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(options.init_from)
+        model = Qwen2ForCausalLM.from_pretrained(options.init_from)
+    size = replace(size, run=replace(size.run, learning_rate=options.learning_rate or size.run.learning_rate))
     model.to(options.device)
     steps = options.steps or size.run.steps
     optimizer = torch.optim.AdamW(model.parameters(), lr=size.run.learning_rate, betas=(0.9, 0.98), weight_decay=0.01)
@@ -153,6 +164,7 @@ def train(size: ReasonerSize, dest: Path, options: TrainingOptions) -> dict[str,
                      seen_tokens / elapsed, elapsed, elapsed / (step + 1) * (steps - step - 1))
     record = {
         "size": size.name, "seed": options.seed, "steps": len(losses), "device": options.device,
+        "init_from": None if options.init_from is None else str(options.init_from),
         "tokens": seen_tokens, "seconds": round(time.monotonic() - started, 1),
         "final_loss": sum(losses[-50:]) / len(losses[-50:]),
         "shape": asdict(size.shape), "difficulty": asdict(size.difficulty), "run": asdict(size.run),
