@@ -4,52 +4,29 @@ engine."""
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 from pathlib import Path
 
-from thinktier.cli.args import policy_setting
+from thinktier.cli.bench_engine import add_tier_arguments, chosen_tier, command_line, device_name, phases_of
 from thinktier.loadtest.bench.economy_bench import PHASES, EconomySettings
 from thinktier.loadtest.bench.economy_prompts import TASKS
-from thinktier.policies.loader import DEFAULT_POLICY, PolicyError, load_policy_with
+from thinktier.policies.loader import DEFAULT_POLICY
 
 DEFAULTS = EconomySettings()
-
-
-def device_name() -> str:
-    import torch
-
-    if torch.cuda.is_available():
-        return torch.cuda.get_device_name(0)
-    return f"CPU, {os.cpu_count()} cores"
-
-
-def _phases(text: str) -> str:
-    unknown = sorted(set(text.split(",")) - set(PHASES))
-    if unknown:
-        raise argparse.ArgumentTypeError(f"unknown phases {unknown}; choose from {','.join(PHASES)}")
-    return text
 
 
 def _economy(args: argparse.Namespace) -> int:
     from thinktier.loadtest.bench.economy_bench import run
 
-    try:
-        policy = load_policy_with(args.policy, args.set)
-    except (PolicyError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    if args.tier not in policy.tiers:
-        print(f"error: the policy has no tier {args.tier!r}; it has {sorted(policy.tiers)}", file=sys.stderr)
+    tier = chosen_tier(args)
+    if tier is None:
         return 2
     settings = EconomySettings(
         task=args.task, prompts=args.prompts, samples=args.samples, consensus=args.consensus, temperature=args.temperature,
         thinking_tokens=args.thinking_tokens, answer_tokens=args.answer_tokens, interval_tokens=args.interval_tokens,
-        agree=args.agree, seed=args.seed, phases=tuple(args.phases.split(",")),
+        agree=args.agree, seed=args.seed, phases=args.phases,
     )
     overrides = {"load_format": "dummy"} if args.dummy_weights else {}
-    report = run((args.tier, policy.tiers[args.tier]), settings, Path(args.out), " ".join(["thinktier", *sys.argv[1:]]),
-                 device_name(), overrides)
+    report = run(tier, settings, Path(args.out), command_line(), device_name(), overrides)
     prefill = report["summary"].get("prefill_x_one_sample_median")
     if prefill:
         print(f"prefill of {args.samples} samples: {prefill['shared']:.2f}x one sample shared, "
@@ -73,10 +50,7 @@ def add_economy(commands: argparse._SubParsersAction) -> None:
         "accuracy with and without certainty exit, likewise; and whether the issue's aims are met. Writes results.json "
         "and results.md.",
     )
-    p.add_argument("--policy", default=str(DEFAULT_POLICY), help="policy file (default: the embedded default, SmolLM2)")
-    p.add_argument("--set", action="append", type=policy_setting, default=[], metavar="KNOB=VALUE",
-                   help="change a policy field for this run, e.g. tiers.reasoning.engine.cpu_threads=0-1 (repeatable)")
-    p.add_argument("--tier", default="reasoning", help="tier whose engine is measured (default: reasoning)")
+    add_tier_arguments(p, DEFAULT_POLICY, "the embedded default, SmolLM2")
     p.add_argument("--task", choices=TASKS, default=DEFAULTS.task,
                    help="prompt source: easy arithmetic after a few-shot block (the demo model), or the reasoner's "
                    f"seeded chained-addition problems, a third per class easy/medium/hard (default {DEFAULTS.task})")
@@ -97,7 +71,7 @@ def add_economy(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--agree", type=int, default=DEFAULTS.agree,
                    help=f"agreeing probes that end the thinking (default {DEFAULTS.agree})")
     p.add_argument("--seed", type=int, default=DEFAULTS.seed, help=f"prompt and sampling seed (default {DEFAULTS.seed})")
-    p.add_argument("--phases", default=",".join(PHASES), type=_phases,
+    p.add_argument("--phases", default=",".join(PHASES), type=phases_of(PHASES),
                    help=f"measurements to run, comma-separated (default {','.join(PHASES)}; dummy weights: prefill only)")
     p.add_argument("--dummy-weights", action="store_true",
                    help="random weights of the model's geometry (GPU runs of a model folder holding only its config)")

@@ -3,42 +3,27 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import get_args
 
-from thinktier.cli.args import policy_setting
-from thinktier.cli.bench_economy import device_name
+from thinktier.cli.bench_engine import add_tier_arguments, chosen_tier, command_line, device_name, phases_of
 from thinktier.loadtest.bench.reasoner.behaviours import PHASES, BehaviourSettings
-from thinktier.policies.loader import DEFAULT_POLICY, PolicyError, load_policy_with
+from thinktier.policies.loader import DEFAULT_POLICY
 from thinktier.training.reasoner.sizes import SIZES, SizeName
 
 REASONER_POLICY = DEFAULT_POLICY.parent / "examples" / "reasoner.yaml"
 DEFAULTS = BehaviourSettings()
 
 
-def _phases(text: str) -> tuple[str, ...]:
-    unknown = sorted(set(text.split(",")) - set(PHASES))
-    if unknown:
-        raise argparse.ArgumentTypeError(f"unknown phases {unknown}; choose from {','.join(PHASES)}")
-    return tuple(text.split(","))
-
-
 def _reasoner(args: argparse.Namespace) -> int:
     from thinktier.loadtest.bench.reasoner.run import run
 
-    try:
-        policy = load_policy_with(args.policy, args.set)
-    except (PolicyError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    if args.tier not in policy.tiers:
-        print(f"error: the policy has no tier {args.tier!r}; it has {sorted(policy.tiers)}", file=sys.stderr)
+    tier = chosen_tier(args)
+    if tier is None:
         return 2
     settings = BehaviourSettings(per_class=args.per_class, budget_per_class=args.budget_per_class,
                                  vote_per_class=args.vote_per_class, seed=args.seed, phases=args.phases)
-    report = run((args.tier, policy.tiers[args.tier]), SIZES[args.size], settings, Path(args.out),
-                 " ".join(["thinktier", *sys.argv[1:]]), device_name())
+    report = run(tier, SIZES[args.size], settings, Path(args.out), command_line(), device_name())
     for aim in report["aims"]:
         print(f"{'met   ' if aim['met'] else 'MISSED'} {aim['name']}: {aim['measured']}")
     print(f"wrote {args.out}/results.json, README.md and budget_accuracy.png")
@@ -55,10 +40,7 @@ def add_reasoner(commands: argparse._SubParsersAction) -> None:
         "whether a cut thinking still answers); a vote of 5 against one sample. Prints each aim as met or missed; "
         "writes results.json, README.md and budget_accuracy.png.",
     )
-    p.add_argument("--policy", default=str(REASONER_POLICY), help="policy file (default: policies/examples/reasoner.yaml)")
-    p.add_argument("--set", action="append", type=policy_setting, default=[], metavar="KNOB=VALUE",
-                   help="change a policy field for this run, e.g. tiers.reasoning.engine.cpu_threads=0-1 (repeatable)")
-    p.add_argument("--tier", default="reasoning", help="tier whose engine is measured (default: reasoning)")
+    add_tier_arguments(p, REASONER_POLICY, "policies/examples/reasoner.yaml")
     p.add_argument("--size", choices=get_args(SizeName), default="small",
                    help="the size whose difficulty classes the problems are drawn from (default small)")
     p.add_argument("--per-class", type=int, default=DEFAULTS.per_class,
@@ -67,7 +49,7 @@ def add_reasoner(commands: argparse._SubParsersAction) -> None:
                    help=f"problems per class and budget (default {DEFAULTS.budget_per_class})")
     p.add_argument("--vote-per-class", type=int, default=DEFAULTS.vote_per_class,
                    help=f"problems per class in the vote phase (default {DEFAULTS.vote_per_class})")
-    p.add_argument("--phases", type=_phases, default=PHASES, help=f"comma-separated (default {','.join(PHASES)})")
+    p.add_argument("--phases", type=phases_of(PHASES), default=PHASES, help=f"comma-separated (default {','.join(PHASES)})")
     p.add_argument("--seed", type=int, default=DEFAULTS.seed, help=f"seed of the problems and samples ({DEFAULTS.seed})")
     p.add_argument("--out", default="loadtest/results/reasoner-small", help="output folder")
     p.set_defaults(func=_reasoner)

@@ -1,7 +1,12 @@
-"""Helpers of the tests that edit the running service's policy and read its state over HTTP."""
+"""Helpers of the tests against the running service: `thinktier up` as a user runs it, policy edits, state over HTTP."""
 
 from __future__ import annotations
 
+import os
+import resource
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -9,8 +14,54 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
+
+from tests.conftest import free_port
+
+THINKTIER = Path(sys.executable).parent / "thinktier"
+"""The installed console script beside this interpreter (.venv/bin/thinktier): what bootstrap gives a new user."""
+
+
+def start_up(*args: str, open_files: int | None = None) -> subprocess.Popen[str]:
+    """`thinktier up ARGS`, optionally under an open-files limit (soft and hard) of `open_files`."""
+    limit = None if open_files is None else lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (open_files, open_files))
+    return subprocess.Popen(
+        [str(THINKTIER), "up", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True, env=os.environ | {"PYTHONUNBUFFERED": "1"}, preexec_fn=limit,
+    )
+
+
+@contextmanager
+def thinktier_up(*args: str) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """`thinktier up ARGS` on a free port, once /readyz answers; stopped with Ctrl-C afterwards unless it has exited."""
+    port = free_port()
+    proc = start_up(*args, "--port", str(port))
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 900
+    try:
+        while True:
+            if proc.poll() is not None:
+                assert proc.stdout is not None
+                pytest.fail(f"thinktier up exited with {proc.returncode} before it was ready:\n{proc.stdout.read()}")
+            if time.monotonic() > deadline:
+                pytest.fail("thinktier up was not ready after 900 s")
+            try:
+                if httpx.get(f"{url}/readyz", timeout=5).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(2)
+        yield url, proc
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGINT)
+            try:
+                proc.wait(120)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
 
 
 def eventually(check: Callable[[], bool], what: str, timeout_s: float = 20) -> None:

@@ -8,25 +8,22 @@ from __future__ import annotations
 
 import contextlib
 import os
-import resource
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import openai
 import psutil
 import pytest
 
 from tests.conftest import free_port
+from tests.live import start_up, thinktier_up
 from thinktier.deployments.tier.models import missing_package
 from thinktier.policies.loader import load_policy
 
-THINKTIER = Path(sys.executable).parent / "thinktier"
 GSM_PROBLEM = (
     "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
     "How many clips did Natalia sell altogether in April and May?"
@@ -37,15 +34,6 @@ def test_bootstrap_installed_what_the_default_policy_needs() -> None:
     policy = load_policy(None)
     problems = [missing_package(tier.model) for tier in policy.tiers.values()]
     assert problems == [None] * len(problems), problems
-
-
-def _start(*args: str, open_files: int | None = None) -> subprocess.Popen[str]:
-    """`thinktier up ARGS`, optionally under an open-files limit (soft and hard) of `open_files`."""
-    limit = None if open_files is None else lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (open_files, open_files))
-    return subprocess.Popen(
-        [str(THINKTIER), "up", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        start_new_session=True, env=os.environ | {"PYTHONUNBUFFERED": "1"}, preexec_fn=limit,
-    )
 
 
 def _still_running(processes: list[psutil.Process]) -> list[str]:
@@ -61,31 +49,8 @@ def _still_running(processes: list[psutil.Process]) -> list[str]:
 @pytest.fixture
 def up_default() -> Iterator[tuple[str, subprocess.Popen[str]]]:
     """`thinktier up` exactly as the README runs it (on a free port), ready; stopped with Ctrl-C afterwards."""
-    port = free_port()
-    proc = _start("--port", str(port))
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 900
-    try:
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"thinktier up exited with {proc.returncode} before it was ready:\n{proc.stdout.read()}")
-            if time.monotonic() > deadline:
-                pytest.fail("thinktier up was not ready after 900 s")
-            try:
-                if httpx.get(f"{url}/readyz", timeout=5).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(2)
-        yield url, proc
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGINT)
-            try:
-                proc.wait(120)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+    with thinktier_up() as running:
+        yield running
 
 
 @pytest.mark.integration
@@ -123,7 +88,7 @@ def test_thinktier_up_serves_the_default_model_through_the_openai_client(
 
 
 def _run_to_exit(*args: str, timeout_s: float = 300, open_files: int | None = None) -> tuple[int, str]:
-    proc = _start(*args, open_files=open_files)
+    proc = start_up(*args, open_files=open_files)
     try:
         output, _ = proc.communicate(timeout=timeout_s)
     finally:

@@ -2,60 +2,28 @@
 reasoning model, which works a chained addition out in its thinking, reaches the right result and then answers.
 
 The shipped small model does not yet copy its result into the answer reliably, nor always answer in the prompt's
-language (loadtest/results/reasoner-small/:
-issue 28 is open), so the answer is checked for its form here, the result in the thinking for its value."""
+language (loadtest/results/reasoner-small/; issue 28 is open), so the answer is checked for its form here, the result
+in the thinking for its value."""
 
 from __future__ import annotations
 
-import os
 import re
-import signal
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import openai
 import pytest
 
-from tests.conftest import free_port
+from tests.live import thinktier_up
 from thinktier.training.reasoner.tasks import ChainProblem
 
-THINKTIER = Path(sys.executable).parent / "thinktier"
 POLICY = Path(__file__).parents[2] / "policies" / "examples" / "reasoner.yaml"
 
 
 @pytest.fixture
 def up_reasoner() -> Iterator[str]:
-    port = free_port()
-    proc = subprocess.Popen(
-        [str(THINKTIER), "up", "--policy", str(POLICY), "--port", str(port)], stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True, start_new_session=True, env=os.environ | {"PYTHONUNBUFFERED": "1"},
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 900
-    try:
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"thinktier up exited with {proc.returncode} before it was ready:\n{proc.stdout.read()}")
-            if time.monotonic() > deadline:
-                pytest.fail("thinktier up was not ready after 900 s")
-            try:
-                if httpx.get(f"{url}/readyz", timeout=5).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(2)
+    with thinktier_up("--policy", str(POLICY)) as (url, _):
         yield url
-    finally:
-        os.killpg(proc.pid, signal.SIGINT)
-        try:
-            proc.wait(120)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
 
 
 @pytest.mark.integration

@@ -12,11 +12,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from thinktier.deployments.tier.models import CHATML_TEMPLATE, THINK_TOKENS
 from thinktier.training.reasoner.tasks import LANGUAGES, Difficulty, sample_chat, sample_problem
 from thinktier.training.reasoner.traces import (
     CLOSE,
     PROBE,
     Document,
+    ProblemTrace,
     TraceSettings,
     chat_document,
     chat_template,
@@ -25,11 +27,7 @@ from thinktier.training.reasoner.traces import (
     problem_trace,
 )
 
-SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>")
-CHATML_TEMPLATE = (
-    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
+SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", *THINK_TOKENS)
 VOCAB_SIZE = 1024
 
 
@@ -59,7 +57,7 @@ def build_tokenizer(seed: int, documents: int = 600) -> Any:
     bpe.train_from_iterator(texts, trainer=trainer)
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-        additional_special_tokens=["<think>", "</think>"],
+        additional_special_tokens=list(THINK_TOKENS),
     )
     tokenizer.chat_template = CHATML_TEMPLATE
     return tokenizer
@@ -97,9 +95,8 @@ class ExampleEncoder:
             example.learned += [segment.learned] * len(ids)
         return example
 
-    def cut(self, problem_trace_: Any, rng: random.Random, probe: bool) -> Example:
+    def cut(self, trace: ProblemTrace, rng: random.Random, probe: bool) -> Example:
         """A problem's thinking closed (or probed) after a random number of its tokens."""
-        trace = problem_trace_
         example = Example(self._ids(chat_template(trace.problem.prompt)), [])
         example.learned = [False] * len(example.ids)
         opening = self._ids("<think>\n")

@@ -98,10 +98,6 @@ class Difficulty:
         lo_hi: tuple[int, int] = getattr(self, difficulty)
         return lo_hi
 
-    @property
-    def most_steps(self) -> int:
-        return self.hard[1]
-
     def of(self, count: int) -> DifficultyClass:
         """The class of a step count (counts between two classes go to the nearer one above)."""
         if count <= self.easy[1]:

@@ -23,12 +23,10 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from typing import Literal
 
 from thinktier.policies.schema.budgets import DYNASOR_PROBE
 from thinktier.training.reasoner.tasks import ChainProblem, ChatTurn
 
-Shape = Literal["full", "cut", "probe", "off"]
 CHAT_THINKING = "The user is just chatting; there is nothing to work out.\n"
 RESULT = "That makes "
 """Opens the line where the thinking first states its result; what follows is checking (overthinking)."""
@@ -57,7 +55,7 @@ class Segment:
 
 @dataclass
 class Document:
-    """A training document as text segments, each learned or not; `lines` are the thinking's, for cuts."""
+    """A training document as text segments, each learned or not."""
 
     segments: list[Segment] = field(default_factory=list)
 
