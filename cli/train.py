@@ -31,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     reasoner = commands.add_parser(
         "reasoner",
         help="Train the reasoning model (builtin:reasoner-small / builtin:reasoner-large) from scratch.",
-        description="Train a Qwen2 decoder with its own tokenizer from scratch on the chained-addition task family "
+        description="Train a Llama decoder with its own tokenizer from scratch on the chained-addition task family "
         "(training/reasoner/tasks.py): step-by-step thinking inside <think>...</think>, a check of its own work, "
         "answers in the prompt's language, chat turns, and the shapes serving gives a thinking section (cut by a "
         "budget, probed by certainty exit, turned off). Seeded: the same seed and steps give the same model on one "

@@ -102,7 +102,7 @@ def test_the_small_reasoner_ships_in_the_package_and_the_large_one_says_how_to_t
     small = Path(models.resolve_model("builtin:reasoner-small"))
     assert small == models.ARTIFACTS / "reasoner-small"
     config = json.loads((small / "config.json").read_text())
-    assert config["architectures"] == ["Qwen2ForCausalLM"]  # an architecture vLLM serves unchanged
+    assert config["architectures"] == ["LlamaForCausalLM"]  # an architecture vLLM serves unchanged
     with pytest.raises(RuntimeError, match="thinktier train reasoner --size large --device cuda"):
         models.resolve_model("builtin:reasoner-large")
     trained = cache / "models" / "reasoner-large"

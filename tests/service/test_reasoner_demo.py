@@ -1,13 +1,9 @@
 """The README's reasoner demo: `thinktier up --policy policies/examples/reasoner.yaml` serves the project's own
-reasoning model, which works a chained addition out in its thinking, reaches the right result and then answers.
-
-The shipped small model does not yet copy its result into the answer reliably, nor always answer in the prompt's
-language (loadtest/results/reasoner-small/; issue 28 is open), so the answer is checked for its form here, the result
-in the thinking for its value."""
+reasoning model, which works a chained addition out in its thinking, reaches the right result and then answers it in
+the prompt's language."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -51,7 +47,8 @@ def test_the_reasoner_thinks_first_then_answers_right_and_its_chat_tier_answers_
     assert "content" in order and "reasoning" not in order[order.index("content"):], "then only the answer"
     assert "; 0 to go." in reasoning, "the thinking works the chain to its last step"
     assert f"That makes {problem.answer}." in reasoning, "and reaches the right result"
-    assert re.search(r"\\boxed\{\d+\}", content), "then a boxed answer"
+    assert problem.is_correct(content), "then the right answer, boxed"
+    assert content.strip().startswith("El número final es"), "in the prompt's language"
     chat = client.chat.completions.create(
         model="reasoner-chat", messages=[{"role": "user", "content": "Hola, ¿qué tal?"}], temperature=0.0,
     )

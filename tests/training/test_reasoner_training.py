@@ -34,10 +34,12 @@ def test_the_saved_folder_loads_with_its_tokenizer_and_chat_template(two_runs: t
     folder = two_runs[0]
     tokenizer = AutoTokenizer.from_pretrained(folder)
     model = AutoModelForCausalLM.from_pretrained(folder)
-    assert model.config.architectures == ["Qwen2ForCausalLM"]
+    assert model.config.architectures == ["LlamaForCausalLM"]
     assert model.config.hidden_size // model.config.num_attention_heads == 32  # vLLM's CPU attention takes 32 or 64
     text = tokenizer.apply_chat_template([{"role": "user", "content": "Hi!"}], tokenize=False, add_generation_prompt=True)
     assert text == "<|im_start|>user\nHi!<|im_end|>\n<|im_start|>assistant\n"
     for delimiter in ("<think>", "</think>"):
         assert len(tokenizer.encode(delimiter, add_special_tokens=False)) == 1  # the reasoning parser needs one token
-    assert [tokenizer.decode([i]) for i in tokenizer.encode("2048", add_special_tokens=False)] == ["2", "0", "4", "8"]
+    # Loaded as vLLM loads it, the tokenizer keeps numbers whole, as in training (a qwen2 model's would split them)
+    assert [tokenizer.decode([i]) for i in tokenizer.encode("at 79, 2048", add_special_tokens=False)] == [
+        "at", " ", "79", ",", " ", "204", "8"]

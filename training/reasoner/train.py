@@ -44,16 +44,23 @@ class TrainingOptions:
 
 
 def model_config(size: ReasonerSize, tokenizer: Any) -> Any:
-    from transformers import Qwen2Config
+    """A Llama decoder with biases on its attention projections (Qwen2's shape, as the first models were trained).
+
+    Not Qwen2 itself: for a `qwen2` model, transformers' AutoTokenizer (and so vLLM) swaps the saved tokenizer's
+    pre-tokenizer for Qwen2's, which splits numbers into digits; the model then reads prompts differently from how it
+    was trained. For `llama` it loads the tokenizer as saved."""
+    from transformers import LlamaConfig
 
     shape = size.shape
-    return Qwen2Config(
+    return LlamaConfig(
         vocab_size=len(tokenizer),
         hidden_size=shape.hidden,
         intermediate_size=shape.intermediate,
         num_hidden_layers=shape.layers,
         num_attention_heads=shape.heads,
         num_key_value_heads=shape.heads,
+        attention_bias=True,
+        rms_norm_eps=1e-6,
         max_position_embeddings=shape.context,
         tie_word_embeddings=True,
         bos_token_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"),
@@ -116,23 +123,24 @@ def learning_rate(step: int, size: ReasonerSize, progress: float) -> float:
 def train(size: ReasonerSize, dest: Path, options: TrainingOptions) -> dict[str, Any]:
     """Trains one size and saves it in `dest`; returns the run's record (also saved as thinktier-training.json)."""
     import torch
-    from transformers import Qwen2ForCausalLM
+    from transformers import LlamaForCausalLM
 
     random.seed(options.seed)
     torch.manual_seed(options.seed)
     if options.init_from is None:
         tokenizer = build_tokenizer(options.seed)
-        model: Any = Qwen2ForCausalLM(model_config(size, tokenizer))
+        model: Any = LlamaForCausalLM(model_config(size, tokenizer))
     else:
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(options.init_from)
-        model = Qwen2ForCausalLM.from_pretrained(options.init_from)
+        model = LlamaForCausalLM.from_pretrained(options.init_from)
     size = replace(size, run=replace(size.run, learning_rate=options.learning_rate or size.run.learning_rate))
     model.to(options.device)
     steps = options.steps or size.run.steps
     optimizer = torch.optim.AdamW(model.parameters(), lr=size.run.learning_rate, betas=(0.9, 0.98), weight_decay=0.01)
-    stream = examples(tokenizer, size.difficulty, options.seed, CorpusMix(), TraceSettings(), size.run.max_count)
+    stream = examples(tokenizer, size.difficulty, options.seed, CorpusMix(), TraceSettings(slip_rate=size.run.slip_rate),
+                      size.run.max_count)
     autocast = torch.autocast(torch.device(options.device).type, dtype=torch.bfloat16) if bf16_fast(options.device) else None
     started = time.monotonic()
     seen_tokens = 0
