@@ -41,5 +41,5 @@ def test_the_saved_folder_loads_with_its_tokenizer_and_chat_template(two_runs: t
     for delimiter in ("<think>", "</think>"):
         assert len(tokenizer.encode(delimiter, add_special_tokens=False)) == 1  # the reasoning parser needs one token
     # Loaded as vLLM loads it, the tokenizer keeps numbers whole, as in training (a qwen2 model's would split them)
-    assert [tokenizer.decode([i]) for i in tokenizer.encode("at 79, 2048", add_special_tokens=False)] == [
-        "at", " ", "79", ",", " ", "204", "8"]
+    assert [tokenizer.decode([i]) for i in tokenizer.encode("at 79, 05", add_special_tokens=False)] == [
+        "at", " ", "79", ",", " ", "05"]
