@@ -1,9 +1,9 @@
 #!/bin/bash
 # The reasoner on one H200, from the repository root after `source .gpu/s/assemble.sh` (../shared/gpu/README.md).
 #   bash scripts/gpu_reasoner.sh train   trains reasoner-large and reasoner-small side by side, each capped
-#                                        at $MINUTES (default 8); $OUT gets the small model folders as tars
-#                                        (reasoner-small.tar is committed as deployments/tier/artifacts/reasoner-small)
-#                                        and the large one's record; the large folder stays in /tmp for the bench.
+#                                        at $MINUTES (default 8); $OUT gets the small model folder as reasoner-small.tar
+#                                        (committed as deployments/tier/artifacts/reasoner-small) and the large one's
+#                                        record; the large folder stays in /tmp for the bench in the next call.
 #   bash scripts/gpu_reasoner.sh bench   measures /tmp/reasoner-large with vLLM on the GPU ($OUT/bench-large).
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=.:${PYTHONPATH:-}
