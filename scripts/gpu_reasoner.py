@@ -1,6 +1,6 @@
 """The reasoner's GPU steps without the CLI (the GPU image has no Ray, which `thinktier`'s command modules import).
 
-    python3 scripts/gpu_reasoner.py train SIZE OUT_DIR [MAX_MINUTES [HIDDEN,LAYERS,HEADS,INTERMEDIATE]]
+    python3 scripts/gpu_reasoner.py train SIZE OUT_DIR [MAX_MINUTES [INIT_FROM LEARNING_RATE]]
     python3 scripts/gpu_reasoner.py bench SIZE MODEL_DIR OUT_DIR
 """
 
@@ -25,11 +25,10 @@ def main(argv: list[str]) -> int:
     step, size = argv[0], SIZES[argv[1]]
     if step == "train":
         minutes = float(argv[3]) if len(argv) > 3 else None
-        if len(argv) > 4:
-            hidden, layers, heads, intermediate = (int(v) for v in argv[4].split(","))
-            size = replace(size, shape=replace(size.shape, hidden=hidden, layers=layers, heads=heads,
-                                               intermediate=intermediate))
-        print(train(size, Path(argv[2]), TrainingOptions(device="cuda", max_minutes=minutes, log_every=100)))
+        options = TrainingOptions(device="cuda", max_minutes=minutes, log_every=100)
+        if len(argv) > 5:
+            options = replace(options, init_from=Path(argv[4]), learning_rate=float(argv[5]))
+        print(train(size, Path(argv[2]), options))
         return 0
     policy = load_policy_with(GPU_POLICY, [("tiers.reasoning.model", argv[2])])
     settings = BehaviourSettings(per_class=20, budget_per_class=8, vote_per_class=10,

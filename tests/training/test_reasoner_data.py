@@ -74,7 +74,8 @@ def test_check_lengths_vary_and_slips_happen_at_about_the_set_rate() -> None:
         for before, step, kept in re.findall(r"^(\d+)\+(\d+): .*?, so (\d+);", text.split("That makes")[0], re.MULTILINE):
             total += 1
             wrong += int(kept) != (int(before) + int(step)) % 100
-    assert len(checks) >= 8  # the overthinking has many lengths
+    assert len(checks) >= 15  # the overthinking has many lengths, from one step to all twenty
+    assert min(checks - {0}) <= 2 and max(checks) == 20
     assert 0.01 < wrong / total < 0.08  # two columns, 2% each
 
 
@@ -82,6 +83,7 @@ def test_every_serving_shape_is_taught_and_the_forced_tokens_are_not(tokenizer) 
     end = tokenizer.convert_tokens_to_ids("</think>")
     probe_ids = tokenizer.encode(PROBE, add_special_tokens=False)
     seen = {"full": 0, "cut": 0, "probe": 0, "off": 0, "chat": 0}
+    one_step_off = 0
     stream = examples(tokenizer, SIZES["small"].difficulty, 0, CorpusMix(), EXACT, max_count=6)
     for _ in range(300):
         count, example = next(stream)
@@ -94,13 +96,15 @@ def test_every_serving_shape_is_taught_and_the_forced_tokens_are_not(tokenizer) 
             assert not any(learned[i:i + len(probe_ids)] == probe_ids for i in range(len(learned)))
         elif "<think>\n</think>" in text:
             seen["off"] += 1
-        elif re.search(r"So the answer is \d+\.\n</think>", text):
+            one_step_off += count == 1
+        elif re.search(r"(So the answer is|That makes) \d+\.\n</think>", text):
             seen["full"] += 1
             assert end in learned  # the model ends its own thinking
         else:
             seen["cut"] += 1
             assert end not in learned  # a forced end is never learned
     assert all(n > 0 for n in seen.values()), seen
+    assert one_step_off > seen["off"] / 2  # thinking off is taught mostly where it can be right
 
 
 def test_cut_answer_is_the_best_value_so_far(tokenizer) -> None:  # type: ignore[no-untyped-def]
@@ -123,3 +127,14 @@ def test_full_document_answers_in_the_prompt_language() -> None:
     doc = full_document(problem_trace(problem, rng, EXACT))
     assert doc.segments[-1].text.startswith("Le nombre final est")
     assert sample_chat(random.Random(0), "es").language == "es"
+
+
+def test_easy_chains_are_answered_at_once_and_long_ones_mostly_checked() -> None:
+    rng = random.Random(3)
+
+    def checked(count: int) -> float:
+        runs = [thinking_lines(ChainProblem(start=5, step=17, count=count), rng, EXACT) for _ in range(300)]
+        return sum(any("check the first" in line.text for line in lines) for lines in runs) / len(runs)
+
+    assert checked(1) == checked(2) == 0.0
+    assert 0.8 < checked(20) < 0.97

@@ -79,7 +79,11 @@ class CorpusMix:
     """Shares of each kind of example; the rest are problems worked in full."""
 
     chat: float = 0.06
-    off: float = 0.05
+    off: float = 0.12
+    off_one_step: float = 0.6
+    """Share of the thinking-off examples that are one-step problems: the only ones a model can answer without
+    thinking, so it must see each of their ~9,000 sums often enough to learn them (they are short, so this costs
+    under 1 % of the tokens)."""
     cut: float = 0.15
     probe: float = 0.15
 
@@ -145,6 +149,9 @@ def examples(tokenizer: Any, difficulty: Difficulty, seed: int, mix: CorpusMix, 
         problem = sample_problem(rng, count)
         draw -= mix.chat
         if draw < mix.off:
+            if rng.random() < mix.off_one_step:
+                count = 1
+                problem = sample_problem(rng, count)
             yield count, encoder.document(off_document(problem))
             continue
         trace = problem_trace(problem, rng, settings)

@@ -47,15 +47,15 @@ SIZES: dict[SizeName, ReasonerSize] = {
     "small": ReasonerSize(
         name="small",
         shape=ModelShape(hidden=192, layers=6, heads=6, intermediate=768, context=4096),
-        difficulty=Difficulty(easy=(1, 2), medium=(5, 10), hard=(20, 30)),
-        run=TrainingRun(steps=4000, tokens_per_step=32768, learning_rate=2e-3, warmup_steps=100, max_count=32,
-                        slip_rate=0.02),
+        difficulty=Difficulty(easy=(1, 2), medium=(5, 10), hard=(22, 32)),
+        run=TrainingRun(steps=4000, tokens_per_step=32768, learning_rate=2e-3, warmup_steps=100, max_count=35,
+                        slip_rate=0.03),
     ),
     "large": ReasonerSize(
         name="large",
         shape=ModelShape(hidden=512, layers=6, heads=16, intermediate=2048, context=12288),
-        difficulty=Difficulty(easy=(1, 2), medium=(10, 25), hard=(70, 100)),
-        run=TrainingRun(steps=3000, tokens_per_step=65536, learning_rate=1e-3, warmup_steps=100, max_count=105,
-                        slip_rate=0.01),
+        difficulty=Difficulty(easy=(1, 2), medium=(10, 30), hard=(90, 120)),
+        run=TrainingRun(steps=3000, tokens_per_step=65536, learning_rate=1e-3, warmup_steps=100, max_count=125,
+                        slip_rate=0.006),
     ),
 }

@@ -1,9 +1,10 @@
 """The reasoner's training documents: what the model is taught to write, token by token, with the tokens it learns.
 
 A problem's thinking works the chain one step a line, column by column, counting down the steps to go ("85+48: 5+8=13,
-8+4+1=13, so 33; 12 to go."), states the result ("That makes 41."), then often checks itself
-by redoing the first steps for a length it picks at random (the overthinking real reasoning
-models show after they have found an answer, which certainty exit can cut), and answers in the prompt's language.
+8+4+1=13, so 33; 12 to go."), states the result ("That makes 41."), then, the more steps the chain had, the more often checks
+itself by redoing its first steps for a length it picks at random from one step to all of them (the overthinking real
+reasoning models show after they have found an answer, which certainty exit can cut), and answers in the prompt's
+language. Easy chains are answered at once: a real reasoning model thinks tens of tokens on them.
 Each line carries everything its successor needs (the running value, the step, the steps to go), so every line is a
 short local computation, as a chain of thought is; whether another line follows is read off the line just written.
 
@@ -36,8 +37,10 @@ RESULT = "That makes "
 class TraceSettings:
     slip_rate: float = 0.02
     """Chance that one column's sum is off by one (as people slip)."""
-    confident_rate: float = 0.1
-    """Chance that the model answers without checking itself (more often on chains of fewer than four steps)."""
+    check_rate: float = 0.9
+    """Chance that the model checks itself on chains of `sure_below` x 4 steps or more (less often on shorter ones)."""
+    sure_below: int = 2
+    """Chains of at most this many steps are never checked."""
 
 
 @dataclass
@@ -95,18 +98,23 @@ def thinking_lines(problem: ChainProblem, rng: random.Random, settings: TraceSet
         lines.append(Line(text, value))
     found = value
     lines.append(Line(f"{RESULT}{found}.\n", found))
-    again = rng.randint((p.count + 1) // 2, p.count)
-    if rng.random() >= min(1.0, p.count / 4) * (1 - settings.confident_rate):
-        lines.append(Line("I am confident in this.\n", found))
-    else:
+    if rng.random() < check_chance(p.count, settings):
+        again = rng.randint(1, p.count)
         lines.append(Line(f"Let me check the first {again} steps again.\n", found))
         value = p.start
         for i in range(1, again + 1):
             text, value = _sum_line("Again ", value, p.step, again - i, rng, settings.slip_rate)
             lines.append(Line(text, found))
         lines.append(Line("Checked.\n", found))
-    lines.append(Line(f"So the answer is {found}.\n", found))
+        lines.append(Line(f"So the answer is {found}.\n", found))
     return lines
+
+
+def check_chance(count: int, settings: TraceSettings) -> float:
+    """How often a chain of `count` steps is checked: never up to `sure_below` steps, then rising linearly to
+    `check_rate` at four times that."""
+    sure = settings.sure_below
+    return settings.check_rate * min(1.0, max(0, count - sure) / (3 * sure))
 
 
 def chat_template(user: str) -> str:
