@@ -2,6 +2,7 @@
 
     python3 scripts/gpu_reasoner.py train SIZE OUT_DIR [MAX_MINUTES [INIT_FROM LEARNING_RATE]]
     python3 scripts/gpu_reasoner.py bench SIZE MODEL_DIR OUT_DIR
+    python3 scripts/gpu_reasoner.py bf16 MODEL_DIR     (rewrites the saved weights in bfloat16: half the bytes to carry)
 """
 
 from __future__ import annotations
@@ -22,6 +23,12 @@ GPU_POLICY = "policies/examples/reasoner-large.yaml"
 
 def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    if argv[0] == "bf16":
+        import torch
+        from transformers import LlamaForCausalLM
+
+        LlamaForCausalLM.from_pretrained(argv[1]).to(torch.bfloat16).save_pretrained(argv[1], safe_serialization=True)
+        return 0
     step, size = argv[0], SIZES[argv[1]]
     if step == "train":
         minutes = float(argv[3]) if len(argv) > 3 else None
