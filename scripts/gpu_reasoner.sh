@@ -6,7 +6,7 @@
 #                                        (default 8), saves them in bfloat16 and puts them in $OUT, all within its
 #                                        64 MiB: reasoner-small.tar, reasoner-small-continued.tar,
 #                                        reasoner-large.tar.part-0N (join with cat) and train.log. The large folder
-#                                        also stays in /tmp for a bench in the next call.
+#                                        also stays in /tmp for a bench later on the same warm machine.
 #   bash scripts/gpu_reasoner.sh bench   measures /tmp/reasoner-large with vLLM on the GPU ($OUT/bench-large), after
 #                                        `source .gpu/s/assemble.sh`.
 set -u
