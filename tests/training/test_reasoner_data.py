@@ -8,10 +8,18 @@ import re
 
 import pytest
 
+from thinktier.loadtest.bench.reasoner.behaviours import BehaviourSettings
 from thinktier.training.reasoner.corpus import CorpusMix, ExampleEncoder, build_tokenizer, examples
 from thinktier.training.reasoner.sizes import SIZES
 from thinktier.training.reasoner.tasks import LANGUAGES, ChainProblem, problems, sample_chat
-from thinktier.training.reasoner.traces import PROBE, TraceSettings, full_document, problem_trace, thinking_lines
+from thinktier.training.reasoner.traces import (
+    PROBE,
+    TraceSettings,
+    full_document,
+    off_answer,
+    problem_trace,
+    thinking_lines,
+)
 
 EXACT = TraceSettings(slip_rate=0.0)
 
@@ -138,3 +146,18 @@ def test_easy_chains_are_answered_at_once_and_long_ones_mostly_checked() -> None
 
     assert checked(1) == checked(2) == 0.0
     assert 0.8 < checked(20) < 0.97
+
+
+def test_thinking_off_shows_one_step_working_and_answers_longer_chains_directly() -> None:
+    one = ChainProblem(start=47, step=38, count=1, language="es")
+    answer = off_answer(one)
+    assert answer.startswith("7+8=15, 4+3+1=8.\n") and answer.endswith("$\\boxed{85}$.") and one.is_correct(answer)
+    longer = ChainProblem(start=47, step=38, count=9)
+    assert off_answer(longer) == longer.answer_text(longer.answer)  # no working: it cannot be worked out unthinking
+
+
+def test_thinking_off_answer_fits_the_answer_budget(tokenizer) -> None:  # type: ignore[no-untyped-def]
+    longest = max(len(tokenizer.encode(off_answer(ChainProblem(start, 99, 1, language)) + "<|im_end|>",
+                                       add_special_tokens=False))
+                  for start in range(0, 100, 3) for language in LANGUAGES)
+    assert longest <= BehaviourSettings().answer_tokens

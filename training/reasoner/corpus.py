@@ -82,8 +82,7 @@ class CorpusMix:
     off: float = 0.12
     off_one_step: float = 0.6
     """Share of the thinking-off examples that are one-step problems: the only ones a model can answer without
-    thinking, so it must see each of their ~9,000 sums often enough to learn them (they are short, so this costs
-    under 1 % of the tokens)."""
+    thinking (traces.off_answer writes their column sums); they are short, so this costs under 1 % of the tokens."""
     cut: float = 0.15
     probe: float = 0.15
 

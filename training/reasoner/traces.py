@@ -11,8 +11,8 @@ short local computation, as a chain of thought is; whether another line follows 
 Three other shapes teach what the serving stack does to a thinking section:
 - cut: the section is closed early (a thinking budget); the answer is then the best value the thinking had so far;
 - probe: Dynasor's probe is appended mid-thinking; the model completes the box with that same best value;
-- off: the section is closed at once (thinking off); the answer is the true one, which a small model can only
-  work out for the shortest chains.
+- off: the section is closed at once (thinking off); a one-step problem's answer shows its column sums first, a
+  longer chain's gives the true value with no working, which the model cannot work out without thinking.
 The forced `</think>` and the probe's text are never learned (the model must not write them itself).
 
 Sampled mistakes: a step's sum is wrong with a small probability and the chain goes on from the wrong value, so the
@@ -77,14 +77,18 @@ def _digit_sums(value: int, step: int, rng: random.Random, slip: float) -> tuple
     return ones, tens
 
 
+def _columns(value: int, step: int, ones: int, tens: int) -> str:
+    """The column sums of value + step as written out: ones first, then tens with the carry ("5+8=13, 8+4+1=13")."""
+    carry = "+1" if ones >= 10 else ""
+    return f"{value % 10}+{step % 10}={ones}, {value // 10}+{step // 10}{carry}={tens}"
+
+
 def _sum_line(label: str, value: int, step: int, to_go: int, rng: random.Random, slip: float) -> tuple[str, int]:
     """One addition worked column by column, ones first (how a small model, like a pupil, adds reliably), then the
     steps still to go: the line ends with what decides whether another line follows."""
     ones, tens = _digit_sums(value, step, rng, slip)
-    carry = "+1" if ones >= 10 else ""
     kept = (tens % 10) * 10 + ones % 10
-    text = (f"{label}{value:02d}+{step}: {value % 10}+{step % 10}={ones}, {value // 10}+{step // 10}{carry}={tens}, "
-            f"so {kept:02d}; {to_go} to go.\n")
+    text = f"{label}{value:02d}+{step}: {_columns(value, step, ones, tens)}, so {kept:02d}; {to_go} to go.\n"
     return text, kept
 
 
@@ -147,10 +151,22 @@ def full_document(trace: ProblemTrace) -> Document:
     return doc
 
 
+def off_answer(problem: ChainProblem) -> str:
+    """The visible answer with thinking off. A one-step problem shows its column sums first ("7+8=15, 4+3+1=8."), as a
+    model that does not think still writes a line of working in its answer: a sum modulo 100 written at once as one
+    token is a lookup in ~9,000 facts, which a small model does not learn, while the columns are the sums it makes in
+    every line of its thinking. A longer chain is answered with no working, so it is right about as often as a guess."""
+    if problem.count != 1:
+        return problem.answer_text(problem.answer)
+    ones = problem.start % 10 + problem.step % 10
+    tens = problem.start // 10 + problem.step // 10 + ones // 10
+    return f"{_columns(problem.start, problem.step, ones, tens)}.\n{problem.answer_text(problem.answer)}"
+
+
 def off_document(problem: ChainProblem) -> Document:
     doc = Document()
     doc.add(chat_template(problem.prompt) + "<think>\n</think>\n\n", learned=False)
-    doc.add(problem.answer_text(problem.answer) + "<|im_end|>")
+    doc.add(off_answer(problem) + "<|im_end|>")
     return doc
 
 

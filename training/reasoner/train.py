@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from thinktier.training.reasoner.corpus import CorpusMix, Example, build_tokenizer, examples
+from thinktier.training.reasoner.prefetch import prefetched
 from thinktier.training.reasoner.sizes import ReasonerSize
 from thinktier.training.reasoner.traces import TraceSettings
 
@@ -136,17 +137,22 @@ def train(size: ReasonerSize, dest: Path, options: TrainingOptions) -> dict[str,
         tokenizer = AutoTokenizer.from_pretrained(options.init_from)
         model = LlamaForCausalLM.from_pretrained(options.init_from)
     size = replace(size, run=replace(size.run, learning_rate=options.learning_rate or size.run.learning_rate))
+
+    def make_batches() -> Iterator[list[Example]]:
+        stream = examples(tokenizer, size.difficulty, options.seed, CorpusMix(),
+                          TraceSettings(slip_rate=size.run.slip_rate), size.run.max_count)
+        return batches(stream, size.run.tokens_per_step, options.seed)
+
+    feed = prefetched(make_batches)
     model.to(options.device)
     steps = options.steps or size.run.steps
     optimizer = torch.optim.AdamW(model.parameters(), lr=size.run.learning_rate, betas=(0.9, 0.98), weight_decay=0.01)
-    stream = examples(tokenizer, size.difficulty, options.seed, CorpusMix(), TraceSettings(slip_rate=size.run.slip_rate),
-                      size.run.max_count)
     autocast = torch.autocast(torch.device(options.device).type, dtype=torch.bfloat16) if bf16_fast(options.device) else None
     started = time.monotonic()
     seen_tokens = 0
     losses: list[float] = []
     cap_s = None if options.max_minutes is None else 60 * options.max_minutes
-    for step, batch in zip(range(steps), batches(stream, size.run.tokens_per_step, options.seed), strict=False):
+    for step, batch in zip(range(steps), feed, strict=False):
         progress = step / steps if cap_s is None else max(step / steps, (time.monotonic() - started) / cap_s)
         if progress >= 1:
             log.info("stopped at step %d of %d: the %.1f-minute cap", step, steps, options.max_minutes)
@@ -170,6 +176,7 @@ def train(size: ReasonerSize, dest: Path, options: TrainingOptions) -> dict[str,
             recent = sum(losses[-options.log_every:]) / len(losses[-options.log_every:])
             log.info("step %d/%d  loss %.4f  %.0f tokens/s  %.0f s elapsed, %.0f s left", step + 1, steps, recent,
                      seen_tokens / elapsed, elapsed, elapsed / (step + 1) * (steps - step - 1))
+    feed.close()
     record = {
         "size": size.name, "seed": options.seed, "steps": len(losses), "device": options.device,
         "init_from": None if options.init_from is None else str(options.init_from),
