@@ -3,7 +3,8 @@
 # scripts/gpu_payload_split.sh). Four device calls, each within 30 s of the last (a machine idle for 30 s is given back):
 #   1. carry [.gpu/c1, .gpu/whl, .gpu/tok, .gpu/s]:
 #        bash .gpu/s/stage1.sh && MINUTES=7.5 bash scripts/gpu_reasoner.sh train
-#      trains reasoner-small and reasoner-large from scratch side by side, each capped at $MINUTES (default 7.5), saves
+#      trains reasoner-small and reasoner-large ($SIZES, default both) from scratch side by side, each capped at
+#      $MINUTES (default 7.5), saves
 #      them in bfloat16 and puts them in $OUT within its 64 MiB: reasoner-small.tar, reasoner-large.tar.part-0N (join
 #      with cat) and train.log. Training needs no vLLM, only the wheels stage1.sh installs into /tmp/site. The large
 #      folder stays in /tmp for the bench.
@@ -15,16 +16,17 @@ set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=.:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 minutes=${MINUTES:-7.5}
 if [ "$1" = train ]; then
-  python3 scripts/gpu_reasoner.py train small /tmp/reasoner-small "$minutes" > /tmp/train-small.log 2>&1 &
-  small=$!
-  python3 scripts/gpu_reasoner.py train large /tmp/reasoner-large "$minutes" > /tmp/train-large.log 2>&1
-  wait $small
-  for name in small large; do
+  sizes=${SIZES:-small large}
+  for name in $sizes; do
+    python3 scripts/gpu_reasoner.py train "$name" "/tmp/reasoner-$name" "$minutes" > "/tmp/train-$name.log" 2>&1 &
+  done
+  wait
+  for name in $sizes; do
     python3 scripts/gpu_reasoner.py bf16 "/tmp/reasoner-$name" >> /tmp/train-$name.log 2>&1
     echo "== $name"; grep -E "step [0-9]+/" "/tmp/train-$name.log" | tail -n 3; tail -n 2 "/tmp/train-$name.log"
   done
-  tar -C /tmp -cf "$OUT/reasoner-small.tar" reasoner-small
-  tar -C /tmp -cf - reasoner-large | split -b 15000000 -d -a 2 - "$OUT/reasoner-large.tar.part-"
+  [ -d /tmp/reasoner-small ] && tar -C /tmp -cf "$OUT/reasoner-small.tar" reasoner-small
+  [ -d /tmp/reasoner-large ] && tar -C /tmp -cf - reasoner-large | split -b 15000000 -d -a 2 - "$OUT/reasoner-large.tar.part-"
   cat /tmp/train-*.log > "$OUT/train.log"
 else
   timeout 540 python3 scripts/gpu_reasoner.py bench large /tmp/reasoner-large "$OUT/bench-large" \
