@@ -57,3 +57,9 @@ def test_the_reasoner_thinks_first_then_answers_right_and_its_chat_tier_answers_
     assert message.content in {"¡Hola! ¿En qué puedo ayudarte hoy?", "¡De nada! Que tengas un buen día."}, (
         "a reply the model was taught for Spanish small talk"
     )
+    one_step = ChainProblem(start=47, step=38, count=1, language="fr")
+    off = client.chat.completions.create(
+        model="reasoner-chat", messages=[{"role": "user", "content": one_step.prompt}], temperature=0.0,
+    )
+    assert one_step.is_correct(off.choices[0].message.content), "without thinking a one-step problem is still right"
+    assert off.choices[0].message.content.startswith("7+8=15, 4+3+1=8."), "from a line of working in the answer"

@@ -161,3 +161,14 @@ def test_thinking_off_answer_fits_the_answer_budget(tokenizer) -> None:  # type:
                                        add_special_tokens=False))
                   for start in range(0, 100, 3) for language in LANGUAGES)
     assert longest <= BehaviourSettings().answer_tokens
+
+
+def test_restated_checks_carry_the_result_to_the_answer_line() -> None:
+    problem = ChainProblem(start=26, step=18, count=13)
+    settings = TraceSettings(slip_rate=0.0, check_rate=1.0, restate_result=True)
+    lines = [line.text for line in thinking_lines(problem, random.Random(0), settings)]
+    checks = [text for text in lines if text.startswith("Again ")]
+    assert checks and all(text.endswith(f"; checking {problem.answer}.\n") for text in checks)
+    assert lines[-1] == f"So the answer is {problem.answer}.\n"
+    plain = thinking_lines(problem, random.Random(0), EXACT)
+    assert not any("checking" in line.text for line in plain)  # the small size's shipped traces are unchanged

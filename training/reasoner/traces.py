@@ -41,6 +41,9 @@ class TraceSettings:
     """Chance that the model checks itself on chains of `sure_below` x 4 steps or more (less often on shorter ones)."""
     sure_below: int = 2
     """Chains of at most this many steps are never checked."""
+    restate_result: bool = False
+    """Each check line ends with the result being checked ("; checking 60"), so the answer after a check is copied
+    from the line above it rather than from before the check, up to thousands of tokens back."""
 
 
 @dataclass
@@ -83,12 +86,13 @@ def _columns(value: int, step: int, ones: int, tens: int) -> str:
     return f"{value % 10}+{step % 10}={ones}, {value // 10}+{step // 10}{carry}={tens}"
 
 
-def _sum_line(label: str, value: int, step: int, to_go: int, rng: random.Random, slip: float) -> tuple[str, int]:
+def _sum_line(label: str, value: int, step: int, to_go: int, rng: random.Random, slip: float,
+              tail: str = "") -> tuple[str, int]:
     """One addition worked column by column, ones first (how a small model, like a pupil, adds reliably), then the
-    steps still to go: the line ends with what decides whether another line follows."""
+    steps still to go: the line ends with what decides whether another line follows (and `tail`)."""
     ones, tens = _digit_sums(value, step, rng, slip)
     kept = (tens % 10) * 10 + ones % 10
-    text = f"{label}{value:02d}+{step}: {_columns(value, step, ones, tens)}, so {kept:02d}; {to_go} to go.\n"
+    text = f"{label}{value:02d}+{step}: {_columns(value, step, ones, tens)}, so {kept:02d}; {to_go} to go{tail}.\n"
     return text, kept
 
 
@@ -106,8 +110,9 @@ def thinking_lines(problem: ChainProblem, rng: random.Random, settings: TraceSet
         again = rng.randint(1, p.count)
         lines.append(Line(f"Let me check the first {again} steps again.\n", found))
         value = p.start
+        tail = f"; checking {found}" if settings.restate_result else ""
         for i in range(1, again + 1):
-            text, value = _sum_line("Again ", value, p.step, again - i, rng, settings.slip_rate)
+            text, value = _sum_line("Again ", value, p.step, again - i, rng, settings.slip_rate, tail)
             lines.append(Line(text, found))
         lines.append(Line("Checked.\n", found))
         lines.append(Line(f"So the answer is {found}.\n", found))

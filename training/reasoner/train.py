@@ -145,7 +145,8 @@ def train(size: ReasonerSize, dest: Path, options: TrainingOptions) -> dict[str,
 
     def make_batches() -> Iterator[list[Example]]:
         stream = examples(tokenizer, size.difficulty, options.seed, CorpusMix(),
-                          TraceSettings(slip_rate=size.run.slip_rate), size.run.max_count)
+                          TraceSettings(slip_rate=size.run.slip_rate, restate_result=size.run.restate_result),
+                          size.run.max_count)
         return batches(stream, size.run.tokens_per_step, options.seed)
 
     feed = prefetched(make_batches)
