@@ -75,6 +75,7 @@ def _of_class(cls: str, stat: Callable[[ClassStats], float | None]) -> Callable[
 
 METRICS: tuple[Metric, ...] = (
     Metric("goodput req/s", lambda r: r.goodput_rps, True),
+    Metric("undegraded goodput req/s", lambda r: r.undegraded_goodput_rps, True),
     Metric("correct goodput req/s", lambda r: r.correct_goodput_rps, True),
     Metric("accuracy", lambda r: r.overall.accuracy, True),
     Metric("SLO attainment", lambda r: r.overall.slo_attainment, True),

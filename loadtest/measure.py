@@ -46,7 +46,9 @@ def run_all(target: Target, spec: LoadSpec, pool: PromptPool, settings: RunSetti
     records = []
     for rate in spec.rates:
         items = open_loop(pool, spec.mix, rate, spec.shape, spec.duration_s, spec.seed)
-        records.append(asyncio.run(run_open_loop(target, items, settings, f"rate={rate:g}", rate, spec.shape)))
+        records.append(asyncio.run(
+            run_open_loop(target, items, settings, f"rate={rate:g}", rate, spec.shape, spec.duration_s)
+        ))
     return records
 
 

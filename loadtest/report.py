@@ -2,6 +2,16 @@
 policy's SLOs, accuracy and correct goodput where answers are checkable, thinking tokens, shed and degraded counts,
 KV occupancy and stragglers per tier), and write it as JSON and Markdown.
 
+Goodput is defined before any run is made, the same for every target:
+- goodput: requests that met their class's SLO, per second of the **arrival window** (an open loop's planned
+  duration; a closed loop's whole run). Not per second of the run: a target whose slow requests drain for longer
+  after the last arrival would otherwise look worse for having served them.
+- undegraded goodput: the same, counting only requests served as asked (not `x-thinktier-degraded`: no cut budget,
+  no other tier), so a target cannot gain goodput by serving less.
+- correct goodput: requests whose checked answer was right and that met their SLO, per second of the window; None
+  where the workload's answers cannot be checked.
+Throughputs (achieved rate, TPS) stay per second of the whole run, tail included.
+
 Chat prompts have no SLO class of their own in the policy; they are held to the `easy` SLO.
 """
 
@@ -65,6 +75,7 @@ class ClassStats(BaseModel):
     slo_met: int
     slo_attainment: float | None
     goodput_rps: float
+    """slo_met per second of the arrival window."""
     tiers: dict[str, int]
     """Requests per tier the server reported (x-thinktier-tier)."""
     checked: int = 0
@@ -78,6 +89,10 @@ class ClassStats(BaseModel):
     """Requests whose answer was right and that met their SLO."""
     correct_goodput_rps: float | None = None
     """correct_slo_met per second, as goodput; None when no request's prompt had a checkable answer."""
+    undegraded_slo_met: int = 0
+    """Requests that met their SLO and were served as asked (not degraded)."""
+    undegraded_goodput_rps: float = 0.0
+    """undegraded_slo_met per second of the arrival window."""
 
 
 class TierStats(BaseModel):
@@ -108,6 +123,9 @@ class RunReport(BaseModel):
     offered_rate_rps: float | None
     shape: float | None
     duration_s: float
+    """The whole run, from the first request to the last response (the drain tail included)."""
+    window_s: float | None = None
+    """The arrival window that goodput is divided by; None in reports saved before it was recorded."""
     achieved_rate_rps: float
     """Requests answered (served, refused or failed) per second of the run, tail included."""
     tps: float
@@ -115,8 +133,11 @@ class RunReport(BaseModel):
     answer_tps: float | None
     """Answer tokens per second; None when no successful request's thinking/answer split is known."""
     goodput_rps: float
+    """Requests that met their SLO per second of the arrival window."""
+    undegraded_goodput_rps: float = 0.0
+    """The same, counting only requests that were not degraded."""
     correct_goodput_rps: float | None = None
-    """Requests per second that were right and met their SLO; None when no answer was checkable."""
+    """Requests per second of the window that were right and met their SLO; None when no answer was checkable."""
     overall: ClassStats
     classes: dict[str, ClassStats]
     tiers: list[TierStats]
@@ -138,16 +159,16 @@ def _mean(values: Sequence[float]) -> float | None:
     return float(np.mean(values)) if values else None
 
 
-def goodput_rps(met_slo: int, duration_s: float) -> float:
-    """Requests per second that met their class's SLO (`SLO.met`), over `duration_s`."""
-    return met_slo / duration_s if duration_s > 0 else 0.0
+def goodput_rps(met_slo: int, window_s: float) -> float:
+    """Requests per second that met their class's SLO (`SLO.met`), over the arrival window `window_s`."""
+    return met_slo / window_s if window_s > 0 else 0.0
 
 
 def _met_slo(result: RequestResult, slos: dict[DifficultyClass, SLO]) -> bool:
     return result.ok and slos[SLO_CLASS[result.request_class]].met(result.ttfvt_s, result.e2e_s)
 
 
-def class_stats(results: Sequence[RequestResult], slos: dict[DifficultyClass, SLO], duration_s: float) -> ClassStats:
+def class_stats(results: Sequence[RequestResult], slos: dict[DifficultyClass, SLO], window_s: float) -> ClassStats:
     ok = [r for r in results if r.ok]
     thinking = [float(r.reasoning_tokens) for r in ok if r.reasoning_tokens is not None]
     answers = [float(a) for r in ok if (a := r.answer_tokens) is not None]
@@ -155,6 +176,7 @@ def class_stats(results: Sequence[RequestResult], slos: dict[DifficultyClass, SL
     checked = [r for r in ok if r.correct is not None]
     correct = sum(bool(r.correct) for r in checked)
     correct_met = sum(bool(r.correct) for r in met)
+    undegraded_met = sum(not r.degraded for r in met)
     checkable = any(r.correct is not None for r in results)
     return ClassStats(
         requests=len(results),
@@ -171,13 +193,15 @@ def class_stats(results: Sequence[RequestResult], slos: dict[DifficultyClass, SL
         answer_tokens_mean=_mean(answers),
         slo_met=len(met),
         slo_attainment=len(met) / len(results) if results else None,
-        goodput_rps=goodput_rps(len(met), duration_s),
+        goodput_rps=goodput_rps(len(met), window_s),
         tiers=dict(Counter(r.decision["tier"] for r in results if "tier" in r.decision)),
         checked=len(checked),
         correct=correct,
         accuracy=correct / len(checked) if checked else None,
         correct_slo_met=correct_met,
-        correct_goodput_rps=goodput_rps(correct_met, duration_s) if checkable else None,
+        correct_goodput_rps=goodput_rps(correct_met, window_s) if checkable else None,
+        undegraded_slo_met=undegraded_met,
+        undegraded_goodput_rps=goodput_rps(undegraded_met, window_s),
     )
 
 
@@ -218,7 +242,8 @@ def batch_stats(results: Sequence[RequestResult]) -> list[BatchStats]:
 
 def run_report(record: RunRecord, slos: dict[DifficultyClass, SLO]) -> RunReport:
     results, duration = record.results, record.duration_s
-    overall = class_stats(results, slos, duration)
+    window = record.window_s if record.window_s is not None else duration
+    overall = class_stats(results, slos, window)
     completion = sum(r.completion_tokens or 0 for r in results if r.ok)
     answers = [a for r in results if r.ok and (a := r.answer_tokens) is not None]
     return RunReport(
@@ -227,14 +252,16 @@ def run_report(record: RunRecord, slos: dict[DifficultyClass, SLO]) -> RunReport
         offered_rate_rps=record.offered_rate,
         shape=record.shape,
         duration_s=duration,
+        window_s=window,
         achieved_rate_rps=len(results) / duration if duration > 0 else 0.0,
         tps=completion / duration if duration > 0 else 0.0,
         answer_tps=(sum(answers) / duration if duration > 0 else 0.0) if answers else None,
         goodput_rps=overall.goodput_rps,
+        undegraded_goodput_rps=overall.undegraded_goodput_rps,
         correct_goodput_rps=overall.correct_goodput_rps,
         overall=overall,
         classes={
-            c: class_stats(members, slos, duration)
+            c: class_stats(members, slos, window)
             for c in REQUEST_CLASSES
             if (members := [r for r in results if r.request_class == c])
         },
@@ -269,19 +296,24 @@ def markdown(report: Report) -> str:
         "",
         "## Summary",
         "",
-        "| run | offered req/s | achieved req/s | TPS | goodput req/s | correct goodput req/s | accuracy | SLO met "
-        "| TTFVT p99 s | E2E p99 s | shed | degraded | errors |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "Goodput counts requests within their SLO per second of the arrival window (not of the run: the drain after the "
+        "last arrival does not count against a target); undegraded goodput counts only requests served as asked.",
+        "",
+        "| run | offered req/s | achieved req/s | TPS | goodput req/s | undegraded goodput req/s | correct goodput req/s "
+        "| accuracy | SLO met | TTFVT p99 s | E2E p99 s | shed | degraded | errors |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for run in report.runs:
         o = run.overall
         lines.append(
             f"| {run.label} | {_fmt(run.offered_rate_rps)} | {_fmt(run.achieved_rate_rps)} | {_fmt(run.tps, 1)} | "
-            f"{_fmt(run.goodput_rps)} | {_fmt(run.correct_goodput_rps)} | {_fmt(o.accuracy)} | {_fmt(o.slo_attainment)} | "
+            f"{_fmt(run.goodput_rps)} | {_fmt(run.undegraded_goodput_rps)} | {_fmt(run.correct_goodput_rps)} | "
+            f"{_fmt(o.accuracy)} | {_fmt(o.slo_attainment)} | "
             f"{_fmt(o.ttfvt_s.p99)} | {_fmt(o.e2e_s.p99)} | {o.shed} | {o.degraded} | {o.errors} |"
         )
     for run in report.runs:
-        lines += ["", f"## {run.label} ({run.mode} loop, {run.duration_s:.1f} s)", ""]
+        window = "" if run.window_s is None else f", arrivals over {run.window_s:.1f} s"
+        lines += ["", f"## {run.label} ({run.mode} loop, {run.duration_s:.1f} s{window})", ""]
         lines += [
             "| class | requests | ok | shed | degraded | errors | no answer | TTFVT p50/p90/p99 s | E2E p50/p90/p99 s | "
             "thinking tok/req | answer tok/req | SLO met | goodput req/s | accuracy | correct goodput req/s | tiers |",

@@ -55,6 +55,9 @@ class RunRecord:
     duration_s: float
     results: list[RequestResult]
     timeline: MetricsTimeline
+    window_s: float | None = None
+    """The arrival window (an open loop's planned duration), which goodput is divided by; None for a closed loop,
+    whose whole run is its window."""
 
 
 class _Progress:
@@ -121,9 +124,10 @@ class _Session:
 
 
 async def run_open_loop(
-    target: Target, items: Sequence[WorkItem], settings: RunSettings, label: str, rate: float, shape: float
+    target: Target, items: Sequence[WorkItem], settings: RunSettings, label: str, rate: float, shape: float,
+    window_s: float,
 ) -> RunRecord:
-    """Send each item at its `send_at_s`, whether or not earlier ones have finished."""
+    """Send each item at its `send_at_s` (all within `window_s`), whether or not earlier ones have finished."""
     session = _Session(target, settings, len(items), label)
 
     async def at_time(item: WorkItem) -> RequestResult:
@@ -132,7 +136,7 @@ async def run_open_loop(
 
     results = await asyncio.gather(*(at_time(item) for item in items))
     duration, timeline = await session.finish()
-    return RunRecord(label, "open", rate, shape, duration, list(results), timeline)
+    return RunRecord(label, "open", rate, shape, duration, list(results), timeline, window_s)
 
 
 async def run_closed_loop(target: Target, batches: Sequence[Sequence[WorkItem]], settings: RunSettings, label: str) -> RunRecord:

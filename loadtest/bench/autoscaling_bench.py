@@ -67,7 +67,8 @@ def run_variant(policy_path: Path, workload: Workload, port: int) -> RunRecord:
     with LocalCluster(policy_path, port=port, progress=lambda line: print(f"[{policy_path.stem}] {line}", flush=True)) as c:
         target = Target(c.url, options=options)
         record = asyncio.run(
-            run_open_loop(target, items, RunSettings(scrape_interval_s=0.5), policy_path.stem, workload.rate, workload.shape)
+            run_open_loop(target, items, RunSettings(scrape_interval_s=0.5), policy_path.stem, workload.rate, workload.shape,
+                          workload.duration_s)
         )
     return record
 

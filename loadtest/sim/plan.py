@@ -124,7 +124,7 @@ def sim_report(sim: SimResult, policy: Policy, workload: WorkloadSpec) -> tuple[
     samples = [TierSample(p.t_s, p.tier, p.kv_mean, p.kv_max, p.replicas, float(p.stragglers)) for p in sim.timeline]
     record = RunRecord(
         f"rate={workload.rate:g}", "open", workload.rate, workload.shape, duration,
-        [result_of(r) for r in sim.requests], MetricsTimeline(samples, len(samples)),
+        [result_of(r) for r in sim.requests], MetricsTimeline(samples, len(samples)), workload.duration_s,
     )
     settings = {"mix": str(workload.mix), "seed": workload.seed, "mode": "open", "rates": [workload.rate],
                 "shape": workload.shape, "duration_s": workload.duration_s, "model": "simulated"}

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from thinktier.loadtest.bench.fullstack.fullstack_compare import rebuilt
 from thinktier.loadtest.bench.gpu.gpu_results import class_summary
 from thinktier.loadtest.report import Report
 from thinktier.loadtest.sim.plan import PlanInputs, simulate
@@ -62,11 +63,19 @@ def _report_classes(report: Report) -> dict[str, dict[str, Any]]:
     return {c: {"goodput": s.goodput_rps, "p50": s.ttfvt_s.p50, "p99": s.ttfvt_s.p99} for c, s in run.classes.items()}
 
 
+def recorded_report(report_path: Path) -> Report:
+    """A recorded full-stack run's report (NAME-report.json) as this version's report code computes it from the
+    requests saved beside it, so the simulator is held to today's metric definitions; as saved where no requests were
+    kept."""
+    found = rebuilt(report_path.parent, report_path.name.removesuffix("-report.json"))
+    return found[0] if found else Report.model_validate_json(report_path.read_text())
+
+
 def fullstack_case(
     name: str, report_path: Path, policy_path: Path, lengths: str = "budget", settings: SimSettings | None = None
 ) -> Case:
     """A recorded load test against thinktier, replayed through the simulated cluster."""
-    real = Report.model_validate_json(report_path.read_text())
+    real = recorded_report(report_path)
     inputs = PlanInputs(load_policy(policy_path), WorkloadSpec.from_report(report_path), lengths, settings or SimSettings())
     result = simulate(inputs)
     real_classes, sim_classes = _report_classes(real), _report_classes(result.report)

@@ -264,9 +264,35 @@ def test_goodput_counts_only_requests_within_their_class_slo() -> None:
         _result("hard", None, 30.0),  # no answer token: missed
         _result("hard", None, None, status=429),  # shed
     ]
-    stats = class_stats(results, slos, duration_s=2.0)
+    stats = class_stats(results, slos, window_s=2.0)
     assert (stats.slo_met, stats.goodput_rps, stats.shed, stats.errors, stats.no_answer) == (2, 1.0, 1, 0, 1)
     assert stats.slo_attainment == pytest.approx(2 / 6)
+
+
+def test_goodput_is_per_second_of_the_arrival_window_so_a_longer_drain_costs_no_goodput() -> None:
+    from thinktier.loadtest.report import run_report
+
+    slos = load_policy().slos  # easy: TTFVT <= 2 s
+    results = [_result("easy", 0.5, 1.0) for _ in range(10)]
+    quick = run_report(RunRecord("r", "open", 1.0, 1.0, 12.0, results, MetricsTimeline(), window_s=10.0), slos)
+    drained = run_report(RunRecord("r", "open", 1.0, 1.0, 30.0, results, MetricsTimeline(), window_s=10.0), slos)
+    assert quick.goodput_rps == drained.goodput_rps == pytest.approx(1.0)  # 10 met over the 10 s of arrivals
+    assert drained.tps == pytest.approx(quick.tps * 12 / 30)  # throughput stays per second of the whole run
+    closed = run_report(RunRecord("b", "closed", None, None, 20.0, results, MetricsTimeline()), slos)
+    assert closed.window_s == 20.0 and closed.goodput_rps == pytest.approx(0.5)  # a closed loop's window is its run
+
+
+def test_undegraded_goodput_leaves_out_requests_served_with_less_than_asked() -> None:
+    slos = load_policy().slos
+    served_as_asked = _result("easy", 0.5, 1.0)
+    cut = _result("easy", 0.5, 1.0)
+    cut.decision = {"degraded": "budget"}
+    stats = class_stats([served_as_asked, cut], slos, window_s=1.0)
+    assert (stats.goodput_rps, stats.undegraded_slo_met, stats.undegraded_goodput_rps) == (2.0, 1, 1.0)
+    report = build_report("t", {}, slos, [RunRecord("r", "open", 1.0, 1.0, 1.0, [served_as_asked, cut],
+                                                    MetricsTimeline(), window_s=1.0)])
+    assert report.runs[0].undegraded_goodput_rps == 1.0
+    assert "| 20.0 | 2.00 | 1.00 | - |" in report_markdown(report)  # TPS, goodput, undegraded goodput, correct goodput
 
 
 def test_metrics_parser_groups_replicas_by_tier() -> None:

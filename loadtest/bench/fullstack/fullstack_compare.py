@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from thinktier.loadtest.bench.fullstack.fullstack_record import read_jsonl, saved_runs
 from thinktier.loadtest.bench.fullstack.fullstack_report import saved_report
 from thinktier.loadtest.client import RequestResult
 from thinktier.loadtest.compare import markdown, side_by_side
 from thinktier.loadtest.metrics_scraper import MetricsTimeline
-from thinktier.loadtest.report import Report, build_report
+from thinktier.loadtest.report import Report, RunReport, build_report
 from thinktier.loadtest.report import markdown as report_markdown
 from thinktier.loadtest.runner import RunRecord
 
@@ -21,6 +22,15 @@ FOOTER = (
     "Per config in this folder: NAME-report.md (every class and tier), NAME-latency.png (TTFVT and E2E CDFs per class), "
     "NAME-kv.png (KV occupancy per tier over time); ttfvt_p99_by_class.png sets the configs side by side."
 )
+
+
+def arrival_window(run: RunReport, settings: dict[str, Any]) -> float | None:
+    """The arrival window of a saved run: its own, or for reports saved before it was recorded, the open loop's
+    planned duration from the run's settings."""
+    if run.window_s is not None or run.mode != "open":
+        return run.window_s
+    planned = settings.get("duration_s")
+    return float(planned) if planned is not None else None
 
 
 def rebuilt(out_dir: Path, name: str) -> tuple[Report, list[RunRecord]] | None:
@@ -34,6 +44,7 @@ def rebuilt(out_dir: Path, name: str) -> tuple[Report, list[RunRecord]] | None:
             run.label, run.mode, run.offered_rate_rps, run.shape, run.duration_s,
             [RequestResult.from_row(row) for row in rows if row["run"] == run.label],
             MetricsTimeline(list(run.timeline), run.scrapes, run.scrape_failures, run.scrape_last_error),
+            arrival_window(run, saved.settings),
         )
         for run in saved.runs
     ]
