@@ -20,6 +20,10 @@ LOAD_BOARD = "LoadBoard"
 
 
 class LoadBoard:
+    """Its methods are `async def` with no await inside: Serve runs them one at a time on the replica's event loop.
+    Ray Serve 2.60 would run plain `def` methods in a thread pool, where one call's insert and another's iteration of
+    the same dictionary race."""
+
     @classmethod
     def deployment_options(cls) -> ServeOptions:
         """One light replica (it keeps a dictionary) that every tier replica and Ingress replica calls."""
@@ -30,21 +34,21 @@ class LoadBoard:
         self._stats: dict[str, dict[str, tuple[float, ReplicaStats]]] = {}
         self._ingress: dict[str, tuple[float, IngressSnapshot]] = {}
 
-    def report(self, tier: str, replica: str, stats: ReplicaStats) -> None:
+    async def report(self, tier: str, replica: str, stats: ReplicaStats) -> None:
         self._stats.setdefault(tier, {})[replica] = (time.monotonic(), stats)
 
-    def forget(self, tier: str, replica: str) -> None:
+    async def forget(self, tier: str, replica: str) -> None:
         """A replica whose engine died: out of the view at once, not after it goes stale."""
         self._stats.get(tier, {}).pop(replica, None)
 
-    def replica_stats(self) -> dict[str, dict[str, ReplicaStats]]:
+    async def replica_stats(self) -> dict[str, dict[str, ReplicaStats]]:
         """Latest stats by tier and replica id; a replica that stopped reporting drops out."""
         now = time.monotonic()
         for tier, replicas in self._stats.items():
             self._stats[tier] = {r: (t, s) for r, (t, s) in replicas.items() if now - t <= self._stale_after_s}
         return {tier: {r: s for r, (_, s) in replicas.items()} for tier, replicas in self._stats.items()}
 
-    def exchange_ingress_metrics(self, replica: str, snapshot: IngressSnapshot) -> dict[str, IngressSnapshot]:
+    async def exchange_ingress_metrics(self, replica: str, snapshot: IngressSnapshot) -> dict[str, IngressSnapshot]:
         """Keep one Ingress replica's latest request-level metrics; return the other replicas'. A replica that stopped
         reporting keeps its counters (they stay part of the service's totals, which must not go down) but not its
         gauges (its requests in flight are gone)."""

@@ -114,10 +114,14 @@ class TierReplica:
         whole.replica = self._replica
         return whole
 
-    def record_autoscaling_stats(self) -> dict[str, float]:
+    async def record_autoscaling_stats(self) -> dict[str, float]:
+        """Async, so Serve runs it on the replica's event loop, between the steps of the requests that add and remove
+        the engine's running entries: Ray Serve 2.60 runs a plain `def` hook in a thread pool, concurrently with them
+        ("dictionary changed size during iteration" lost samples under load)."""
         return self.engine.stats().as_metrics()
 
-    def record_routing_stats(self) -> dict[str, float]:
+    async def record_routing_stats(self) -> dict[str, float]:
+        """Async for the same reason as record_autoscaling_stats."""
         return self.engine.stats().as_metrics()
 
     def __del__(self) -> None:

@@ -44,3 +44,17 @@ def test_every_deployment_names_itself() -> None:
     assert LoadBoard.deployment_options()["name"] == LOAD_BOARD == "LoadBoard"
     assert DifficultyClassifier.deployment_options()["name"] == CLASSIFIER == "DifficultyClassifier"
     assert TierReplica.deployment_options(policy, "chat")["name"] == tier_deployment_name("chat") == "tier-chat"
+
+
+def test_stats_hooks_and_the_load_board_run_on_the_replica_event_loop_not_in_serves_thread_pool() -> None:
+    """Ray Serve 2.60 runs a replica's plain `def` methods and stats hooks in a thread pool, concurrently with the
+    requests on the event loop that add and remove the state the hooks read: samples were lost to "dictionary changed
+    size during iteration" under load. `async def` runs them on the loop, one at a time."""
+    import inspect
+
+    from thinktier.deployments.request.load_board import LoadBoard
+    from thinktier.deployments.tier.tier import TierReplica
+
+    hooks = [TierReplica.record_autoscaling_stats, TierReplica.record_routing_stats, LoadBoard.report,
+             LoadBoard.forget, LoadBoard.replica_stats, LoadBoard.exchange_ingress_metrics]
+    assert [h.__name__ for h in hooks if not inspect.iscoroutinefunction(h)] == []

@@ -3,6 +3,7 @@ request-level metrics through the LoadBoard and serves them merged with the othe
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import httpx
@@ -38,9 +39,9 @@ def test_each_ingress_replica_serves_the_counts_of_all_of_them() -> None:
     a.e2e.labels("chat", "easy").observe(0.2)
     b.e2e.labels("chat", "easy").observe(30)
     for name in ("a", "b"):
-        peers[name] = board.exchange_ingress_metrics(name, replicas[name].snapshot())
+        peers[name] = asyncio.run(board.exchange_ingress_metrics(name, replicas[name].snapshot()))
     for name in ("a", "b"):  # after one more round each replica holds the other's latest
-        peers[name] = board.exchange_ingress_metrics(name, replicas[name].snapshot())
+        peers[name] = asyncio.run(board.exchange_ingress_metrics(name, replicas[name].snapshot()))
 
     for metrics in (a, b):
         assert _series(metrics, "thinktier_requests_total") == {
@@ -57,8 +58,8 @@ def test_a_silent_ingress_replica_keeps_its_counts_but_not_its_requests_in_fligh
     board = LoadBoard(stale_after_s=0)
     gone = ServiceMetrics(dict, dict, lambda: {"acme": 5})
     gone.requests.labels("chat", "ok").inc()
-    board.exchange_ingress_metrics("gone", gone.snapshot())
-    peers = board.exchange_ingress_metrics("live", ServiceMetrics(dict, dict).snapshot())
+    asyncio.run(board.exchange_ingress_metrics("gone", gone.snapshot()))
+    peers = asyncio.run(board.exchange_ingress_metrics("live", ServiceMetrics(dict, dict).snapshot()))
     live = ServiceMetrics(dict, dict, lambda: {"acme": 0}, lambda: peers)
     assert _series(live, "thinktier_requests_total") == {(("outcome", "ok"), ("tier", "chat")): 1}
     assert _series(live, "thinktier_tenant_requests_in_flight") == {(("tenant", "acme"),): 0}

@@ -188,11 +188,14 @@ def test_an_anonymous_entry_applies_without_keyed_tenants_and_unknown_keys_are_a
 def test_a_dead_engines_replica_leaves_the_board_at_once() -> None:
     from thinktier.deployments.tier.replica_stats import ReplicaStats
 
-    board = LoadBoard(stale_after_s=60)
-    board.report("reasoning", "r1", ReplicaStats(num_running=3))
-    board.forget("reasoning", "r1")
-    board.forget("chat", "never-seen")
-    assert board.replica_stats() == {"reasoning": {}}
+    async def report_then_forget() -> dict[str, dict[str, ReplicaStats]]:
+        board = LoadBoard(stale_after_s=60)
+        await board.report("reasoning", "r1", ReplicaStats(num_running=3))
+        await board.forget("reasoning", "r1")
+        await board.forget("chat", "never-seen")
+        return await board.replica_stats()
+
+    assert asyncio.run(report_then_forget()) == {"reasoning": {}}
 
 
 def test_a_tier_replica_with_a_dead_engine_fails_its_health_check_and_stops_reporting() -> None:
