@@ -184,6 +184,42 @@ class APIError(Exception):
 RequestT = TypeVar("RequestT", bound=OpenAIRequest)
 
 
+@dataclass(frozen=True)
+class Unsupported:
+    """An OpenAI field this service does not implement: what it asks for, and the values that ask for nothing."""
+
+    asks_for: str
+    harmless: tuple[Any, ...] = (None, False, [], {})
+
+
+UNSUPPORTED_FIELDS: dict[str, Unsupported] = {
+    "tools": Unsupported("tool calling"),
+    "tool_choice": Unsupported("tool calling", (None, "none", "auto")),
+    "functions": Unsupported("function calling"),
+    "function_call": Unsupported("function calling", (None, "none", "auto")),
+    "response_format": Unsupported("structured output (JSON mode, JSON schema)", (None, {"type": "text"})),
+    "logprobs": Unsupported("log probabilities", (None, False)),
+    "top_logprobs": Unsupported("log probabilities", (None, 0)),
+    "logit_bias": Unsupported("logit bias"),
+    "presence_penalty": Unsupported("sampling penalties", (None, 0)),
+    "frequency_penalty": Unsupported("sampling penalties", (None, 0)),
+    "best_of": Unsupported("best-of sampling (send `samples` for self-consistency)", (None, 1)),
+    "echo": Unsupported("echoing the prompt", (None, False)),
+    "suffix": Unsupported("suffixes", (None, "")),
+}
+"""OpenAI fields this service does not implement: refused when they ask for something (anything but the defaults
+clients send), rather than dropped, so that no answer silently ignores what its client asked for."""
+
+
+def unsupported_field(data: dict[str, Any]) -> str | None:
+    """The first field of a request body that asks for something this service does not implement, or None."""
+    for name, unsupported in UNSUPPORTED_FIELDS.items():
+        value = data.get(name)
+        if not any(value == ok and isinstance(value, bool) == isinstance(ok, bool) for ok in unsupported.harmless):
+            return name
+    return None
+
+
 def parse_request(raw: bytes, model: type[RequestT]) -> RequestT:
     """Validate a request body; a precise 400 naming the field otherwise."""
     try:
@@ -196,6 +232,9 @@ def parse_request(raw: bytes, model: type[RequestT]) -> RequestT:
         raise APIError(400, f"request body has a value JSON cannot carry here: {exc}", code="invalid_json") from None
     if not isinstance(data, dict):
         raise APIError(400, "request body must be a JSON object", code="invalid_json")
+    if (name := unsupported_field(data)) is not None:
+        raise APIError(400, f"`{name}` is not supported: thinktier does not implement {UNSUPPORTED_FIELDS[name].asks_for}; leave "
+                       "the field out or send its default", param=name, code="unsupported_parameter")
     try:
         return model.model_validate(data)
     except ValidationError as exc:
