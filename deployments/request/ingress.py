@@ -19,10 +19,10 @@ from ray.serve.handle import DeploymentHandle
 
 from thinktier.deployments.request import openai_api as oa
 from thinktier.deployments.request.admission import Admission, Slot, bearer_key, matches
-from thinktier.deployments.request.decision import HEADER_PREFIX, Decision, DifficultyScore, RoutingRequest
+from thinktier.deployments.request.decision import HEADER_PREFIX, Decision, RoutingRequest
 from thinktier.deployments.request.metrics import IngressSnapshot, ServiceMetrics
 from thinktier.deployments.request.routing import Overloaded, TierLoad, decide, failover
-from thinktier.deployments.request.scripts_of_text import script_of
+from thinktier.deployments.request.scoring import difficulty_of
 from thinktier.deployments.request.tier_call import Deadline, TierFailed, TierStream, call_tier
 from thinktier.deployments.serve_options import DRAIN_POLL_S, ServeOptions, light_options, replica_count_options
 from thinktier.deployments.tier.protocol import TierChunk, TierRequest
@@ -250,7 +250,7 @@ class Ingress:
         difficulty = None
         classifier = policy.routing.classifier
         if self.classifier is not None and classifier.enabled and not routing.thinking_off:
-            difficulty = await self._score(self.classifier, routing.prompt, classifier.timeout_s)
+            difficulty = await difficulty_of(self.classifier, routing.prompt, classifier.timeout_s, self.metrics)
         try:
             decision = decide(policy, routing, difficulty, self._loads())
         except Overloaded as shed:
@@ -261,21 +261,6 @@ class Ingress:
         if decision.degraded:
             self.metrics.degraded.labels(decision.degraded.split(":")[0]).inc()
         return decision, routing
-
-    async def _score(
-        self, classifier: DeploymentHandle[DifficultyClassifier], prompt: str, timeout_s: float
-    ) -> DifficultyScore | None:
-        """The prompt's difficulty, or None past the classifier's timeout (the request is routed on itself alone)."""
-        started = time.monotonic()
-        try:
-            difficulty: DifficultyScore | None = await asyncio.wait_for(classifier.score.remote(prompt), timeout_s)
-        except TimeoutError:
-            self.metrics.classifier_timeouts.inc()
-            return None
-        self.metrics.classifier_latency.observe(time.monotonic() - started)
-        if difficulty is not None:
-            self.metrics.classifier_decisions.labels(difficulty.label, script_of(prompt)).inc()
-        return difficulty
 
     async def _serve(self, request: Request, kind: type[oa.OpenAIRequest]) -> Response:
         """Who is calling first (401 before the body is read), then the body within its limit (413), then the request

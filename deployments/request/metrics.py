@@ -76,6 +76,10 @@ class ServiceMetrics:
             f"{PREFIX}classifier_timeouts", "Requests routed without a difficulty score: the classifier passed its timeout.",
             registry=r,
         )
+        self.classifier_failures = Counter(
+            f"{PREFIX}classifier_failures", "Requests routed without a difficulty score: the classifier's call failed "
+            "(an error other than its timeout: a dead replica, an error in scoring).", registry=r,
+        )
         self.classifier_latency = Histogram(
             f"{PREFIX}classifier_latency_seconds", "Time to a prompt's difficulty score, as the ingress waits for it "
             "(batching and the call included).", buckets=CLASSIFIER_BUCKETS, registry=r,
