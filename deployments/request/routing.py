@@ -129,6 +129,7 @@ def degrade(policy: Policy, request: RoutingRequest, decision: Decision, loads: 
             samples=smaller.samples,
             consensus=smaller.consensus,
             certainty_agree=smaller.certainty_agree,
+            priority=smaller.priority,
             degraded=f"budget:{shrink}",
         )
     if decision.tier != chat and rules.fallback_to_chat and chat is not None and not saturated(chat):
@@ -137,10 +138,10 @@ def degrade(policy: Policy, request: RoutingRequest, decision: Decision, loads: 
 
 
 def to_chat(policy: Policy, request: RoutingRequest, decision: Decision, chat: str, degraded: str) -> Decision:
-    """`decision` served by the chat tier (thinking off), with its difficulty and priority, marked `degraded`."""
+    """`decision` served by the chat tier (thinking off), with its difficulty, marked `degraded`. Its priority is the
+    chat tier's, as for any request there: the priority follows the budget the request now has, not the one it lost."""
     fallback = budget_decision(policy, request, chat, decision.effort, decision.reason, None)
-    return replace(fallback, difficulty=decision.difficulty, priority=decision.priority, score=decision.score,
-                   degraded=degraded)
+    return replace(fallback, difficulty=decision.difficulty, score=decision.score, degraded=degraded)
 
 
 def failover(policy: Policy, request: RoutingRequest, decision: Decision, why: str, chat_live: bool) -> Decision | None:

@@ -70,6 +70,15 @@ def test_saturated_reasoning_tier_shrinks_budget_then_falls_back_to_chat_then_sh
     assert shed.value.retry_after_s == POLICY.degradation.retry_after_s
 
 
+def test_a_degraded_request_is_scheduled_as_the_budget_it_got_not_the_one_it_lost() -> None:
+    priority = POLICY.routing.priority
+    request = RoutingRequest(prompt="p", reasoning_effort="high")
+    shrunk = decide(POLICY, request, None, {"reasoning": FULL, "chat": IDLE})
+    assert shrunk.degraded == "budget:low" and shrunk.priority == priority["easy"] < priority["hard"]
+    moved = decide(POLICY, RoutingRequest(prompt="p", reasoning_effort="low"), score(0.95), {"reasoning": FULL, "chat": IDLE})
+    assert (moved.tier, moved.difficulty, moved.priority) == ("chat", "hard", priority["easy"])
+
+
 def test_one_idle_replica_means_not_saturated() -> None:
     mixed = TierLoad((ReplicaStats(kv_occupancy=0.99), ReplicaStats(kv_occupancy=0.2)))
     decision = decide(POLICY, RoutingRequest(prompt="p", reasoning_effort="high"), None, {"reasoning": mixed})
