@@ -75,9 +75,14 @@ class TierReplica:
         self.engine = TierEngine(name, tier, embed=embed)
         self._stream_interval_s = stream_interval_s
         self._board = board
-        self._replica = serve.get_replica_context().replica_id.unique_id
         self._interval_s = tier.autoscaling.metrics_interval_s
-        await self.engine.warmup()  # the replica counts as started (and the tier as ready) once it has decoded
+        try:
+            self._replica = serve.get_replica_context().replica_id.unique_id
+            await self.engine.warmup()  # the replica counts as started (and the tier as ready) once it has decoded
+        except BaseException:
+            self.engine.shutdown()  # a replica that fails to start leaves no engine process (nor its memory) behind
+            del self.engine
+            raise
         self._reporter = asyncio.get_running_loop().create_task(self._report_forever())
 
     async def _report_forever(self) -> None:
@@ -125,5 +130,7 @@ class TierReplica:
         return self.engine.stats().as_metrics()
 
     def __del__(self) -> None:
-        self._reporter.cancel()
-        self.engine.shutdown()
+        if (reporter := getattr(self, "_reporter", None)) is not None:  # None: the replica never finished starting
+            reporter.cancel()
+        if (engine := getattr(self, "engine", None)) is not None:
+            engine.shutdown()

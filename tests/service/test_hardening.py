@@ -239,6 +239,32 @@ def test_a_tier_replica_with_a_dead_engine_fails_its_health_check_and_stops_repo
     assert log[0] == "report" and log[-1] == "forget" and log.count("forget") == 1
 
 
+def test_a_tier_replica_whose_warm_up_fails_shuts_its_engine_down(monkeypatch: pytest.MonkeyPatch) -> None:
+    from thinktier.deployments.tier import tier as tier_module
+
+    shut: list[str] = []
+
+    class Engine:
+        def __init__(self, name: str, tier: object, embed: object = None) -> None:
+            self.name = name
+
+        async def warmup(self) -> None:
+            raise RuntimeError("CUDA out of memory")
+
+        def shutdown(self) -> None:
+            shut.append(self.name)
+
+    context = type("Context", (), {"replica_id": type("Id", (), {"unique_id": "r1"})()})()
+    monkeypatch.setattr(tier_module, "TierEngine", Engine)
+    monkeypatch.setattr(tier_module.serve, "get_replica_context", lambda: context)
+    replica = object.__new__(tier_module.TierReplica)
+    with pytest.raises(RuntimeError, match="out of memory"):
+        asyncio.run(replica.__init__("reasoning", POLICY.tiers["reasoning"], object(), 0.05))
+    assert shut == ["reasoning"]  # the engine's process does not outlive the replica that failed to start
+    replica.__del__()  # and the half-built replica's cleanup neither raises nor shuts the engine down twice
+    assert shut == ["reasoning"]
+
+
 def test_serve_config_backs_the_tier_deadline_checks_health_often_and_logs_json() -> None:
     from thinktier.cluster.serve_config import SERVE_TIMEOUT_MARGIN_S, serve_config
 
