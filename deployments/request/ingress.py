@@ -79,6 +79,8 @@ async def sse_body(
         finally:
             if chunk.finish_reason is None:
                 stream.cancel()
+            if tracker.outcome is None:  # neither finished nor failed: the client went away mid-stream
+                tracker.abandoned()
 
 
 def certainty_exit(settings: EarlyExit, agree: int | None) -> EarlyExit | None:
@@ -101,6 +103,8 @@ class _Request:
         self.start = time.monotonic()
         self.first_token: float | None = None
         self.first_visible: float | None = None
+        self.outcome: str | None = None
+        """The outcome counted for this request (thinktier_requests_total's label); None until it ends."""
 
     def saw(self, chunk: TierChunk) -> None:
         now = time.monotonic()
@@ -124,12 +128,20 @@ class _Request:
         """Latencies go by tier and by the difficulty class the router decided: each class has its own objective."""
         histogram.labels(self.decision.tier, self.decision.difficulty).observe(seconds)
 
+    def _count(self, outcome: str) -> None:
+        self.outcome = outcome
+        self.metrics.requests.labels(self.decision.tier, outcome).inc()
+
     def failed(self) -> None:
-        self.metrics.requests.labels(self.decision.tier, "error").inc()
+        self._count("error")
+
+    def abandoned(self) -> None:
+        """The client closed the stream before its end: the engine request was aborted; not an error of the service."""
+        self._count("abandoned")
 
     def finished(self, last: TierChunk) -> None:
         m, tier = self.metrics, self.decision.tier
-        m.requests.labels(tier, "ok").inc()
+        self._count("ok")
         self._latency(m.e2e, time.monotonic() - self.start)
         m.thinking_tokens.labels(tier).observe(last.reasoning_tokens)
         m.answer_tokens.labels(tier).observe(last.answer_tokens)

@@ -62,7 +62,10 @@ class ServiceMetrics:
         self.own = CollectorRegistry()
         """This replica's request-level metrics (what `snapshot` takes)."""
         r = self.own
-        self.requests = Counter(f"{PREFIX}requests", "Requests by tier and outcome.", ["tier", "outcome"], registry=r)
+        self.requests = Counter(
+            f"{PREFIX}requests", "Requests by tier and outcome: ok, error, timeout, client_error, shed (429), abandoned "
+            "(the client closed its stream before the end).", ["tier", "outcome"], registry=r,
+        )
         self.decisions = Counter(
             f"{PREFIX}routing_decisions", "Routing decisions by tier, effort and reason.", ["tier", "effort", "reason"],
             registry=r,
