@@ -17,12 +17,9 @@ from thinktier.cluster.serve_config import deployment_options
 from thinktier.deployments.classifier.classifier import CLASSIFIER, DifficultyClassifier
 from thinktier.deployments.request.ingress import INGRESS, Ingress
 from thinktier.deployments.request.load_board import LOAD_BOARD, LoadBoard
+from thinktier.deployments.request.routing_view import stale_after_s
 from thinktier.deployments.tier.tier import TierReplica, tier_deployment_name
 from thinktier.policies.loader import load_policy
-from thinktier.policies.schema import Policy
-
-STALE_AFTER_INTERVALS = 5
-"""A replica missing this many stats reports is taken for gone."""
 
 
 class AppArgs(BaseModel):
@@ -49,6 +46,3 @@ def build_app(args: dict[str, Any] | AppArgs) -> Application:
     return serve.deployment(**options[INGRESS])(Ingress).bind(policy, args.policy_path, board, tiers, classifier)
 
 
-def stale_after_s(policy: Policy) -> float:
-    """How long the load board keeps a replica's last report: STALE_AFTER_INTERVALS of the longest stats interval."""
-    return STALE_AFTER_INTERVALS * max(tier.autoscaling.metrics_interval_s for tier in policy.tiers.values())

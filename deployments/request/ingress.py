@@ -7,7 +7,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request
@@ -22,6 +22,7 @@ from thinktier.deployments.request.admission import Admission, Slot, bearer_key,
 from thinktier.deployments.request.decision import HEADER_PREFIX, Decision, RoutingRequest
 from thinktier.deployments.request.metrics import IngressSnapshot, ServiceMetrics
 from thinktier.deployments.request.routing import Overloaded, TierLoad, decide, failover
+from thinktier.deployments.request.routing_view import BoardCalls, RoutingView, stale_after_s
 from thinktier.deployments.request.scoring import difficulty_of
 from thinktier.deployments.request.tier_call import Deadline, TierFailed, TierStream, call_tier
 from thinktier.deployments.serve_options import DRAIN_POLL_S, ServeOptions, light_options, replica_count_options
@@ -176,35 +177,46 @@ class Ingress:
         self.board = board
         self.tiers = tiers
         self.classifier = classifier
-        self._replica_stats: dict[str, dict[str, ReplicaStats]] = {}
+        self._view = RoutingView(stale_after_s(policy))
         self._replica = serve.get_replica_context().replica_id.unique_id
         self._peer_metrics: dict[str, IngressSnapshot] = {}
         self.admission = Admission()
         self._watcher = PolicyWatcher(policy_path or DEFAULT_POLICY, self._reload, policy=policy)
         self._watcher.start()
         self.metrics = ServiceMetrics(
-            lambda: self._replica_stats, lambda: self._watcher.reloads, lambda: self.admission.in_flight(self.policy),
+            lambda: self._view.stats, lambda: self._watcher.reloads, lambda: self.admission.in_flight(self.policy),
             lambda: self._peer_metrics,
         )
+        self._board_calls = BoardCalls(self.metrics.load_board_errors, self._view.max_age_s)
         self._refresher = asyncio.get_running_loop().create_task(self._refresh_loads())
 
     def _reload(self, policy: Policy, change: PolicyChange) -> None:
         self.policy = policy
 
     async def _refresh_loads(self) -> None:
+        """Read the board's view and trade metrics every stats interval. A failed call (the board restarting, stuck,
+        past its deadline) is counted and logged (BoardCalls); meanwhile routing keeps the last view until it is stale
+        (RoutingView)."""
         interval = min(tier.autoscaling.metrics_interval_s for tier in self.policy.tiers.values())
         while True:
-            with contextlib.suppress(Exception):  # the board may be restarting; routing uses the last view meanwhile
-                await self._read_board()
-            with contextlib.suppress(Exception):
-                await self._exchange_metrics()
+            self._board_calls.round({"replica_stats": await self._attempt(self._read_board()),
+                                     "exchange_metrics": await self._attempt(self._exchange_metrics())})
             await asyncio.sleep(interval)
+
+    @staticmethod
+    async def _attempt(call: Awaitable[Any]) -> bool:
+        try:
+            await call
+        except Exception:  # any failure of a board call: counted and logged by the caller
+            return False
+        return True
 
     async def _read_board(self) -> dict[str, dict[str, ReplicaStats]]:
         """The load board's view (kept for routing and /metrics), within server.load_board_timeout_s."""
         timeout_s = self.policy.server.load_board_timeout_s
-        self._replica_stats = await asyncio.wait_for(self.board.replica_stats.remote(), timeout_s)
-        return self._replica_stats
+        stats: dict[str, dict[str, ReplicaStats]] = await asyncio.wait_for(self.board.replica_stats.remote(), timeout_s)
+        self._view.update(stats, time.monotonic())
+        return stats
 
     async def _exchange_metrics(self) -> None:
         """This replica's request-level metrics to the board, the other Ingress replicas' back (for /metrics)."""
@@ -213,10 +225,10 @@ class Ingress:
 
     def _down(self, tier: str | None) -> bool:
         """Whether the load board has seen `tier` and now lists no live replica of it (Serve is replacing them)."""
-        return tier in self._replica_stats and not self._replica_stats[tier]
+        return self._view.down(tier, time.monotonic())
 
     def _loads(self) -> dict[str, TierLoad]:
-        return {tier: TierLoad(tuple(replicas.values())) for tier, replicas in self._replica_stats.items()}
+        return self._view.loads(time.monotonic())
 
     # ---- the flow ------------------------------------------------------------------------------------------------
 

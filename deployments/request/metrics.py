@@ -79,6 +79,11 @@ class ServiceMetrics:
             f"{PREFIX}classifier_timeouts", "Requests routed without a difficulty score: the classifier passed its timeout.",
             registry=r,
         )
+        self.load_board_errors = Counter(
+            f"{PREFIX}load_board_errors", "Failed calls of the Ingress to the load board, by call (replica_stats: the "
+            "routing view; exchange_metrics: the other Ingress replicas' metrics). Routing keeps its last view until it "
+            "is stale, then routes without load information.", ["call"], registry=r,
+        )
         self.classifier_failures = Counter(
             f"{PREFIX}classifier_failures", "Requests routed without a difficulty score: the classifier's call failed "
             "(an error other than its timeout: a dead replica, an error in scoring).", registry=r,

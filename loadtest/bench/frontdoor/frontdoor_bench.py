@@ -28,11 +28,11 @@ import psutil
 from ray import serve
 from ray.serve import Application
 
-from thinktier.cluster.app import stale_after_s
 from thinktier.cluster.local import RAY_ENV, check_port_free
 from thinktier.cluster.serve_config import deployment_options, ray_env
 from thinktier.deployments.request.ingress import INGRESS, Ingress
 from thinktier.deployments.request.load_board import LOAD_BOARD, LoadBoard
+from thinktier.deployments.request.routing_view import stale_after_s
 from thinktier.deployments.tier.tier import tier_deployment_name
 from thinktier.loadtest.bench.frontdoor.frontdoor_client import ClientSample, Load, chat_body
 from thinktier.loadtest.bench.frontdoor.frontdoor_report import FrontdoorReport, TargetResult, Variant, VariantResult, write
