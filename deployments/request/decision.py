@@ -39,6 +39,9 @@ class RoutingRequest:
     """False: every sample runs to its end and the thinking to its budget (no consensus stop, no certainty exit)."""
     early_stop_agree: int | None = None
     """Certainty exit needs at least this many agreeing probes (it can tighten the policy's, never loosen it)."""
+    arrival_s: float = 0.0
+    """When the request arrived, in seconds on a clock every Ingress replica shares (time.time(); the simulator's own
+    clock in `thinktier plan`): the deadline order counts each request's deadline from it."""
 
 
 @dataclass(frozen=True)

@@ -270,6 +270,7 @@ class Ingress:
             thinking_off=parsed.thinking_off,
             early_stop=parsed.early_stop,
             early_stop_agree=parsed.early_stop_agree,
+            arrival_s=time.time(),
         )
         difficulty = None
         classifier = policy.routing.classifier

@@ -101,10 +101,18 @@ def budget_decision(
         samples=samples,
         consensus=consensus,
         certainty_agree=certainty_agree,
-        priority=policy.routing.priority[scheduled_as],
+        priority=vllm_priority(policy, scheduled_as, request.arrival_s),
         reason=reason,
         score=difficulty.score if difficulty is not None else None,
     )
+
+
+def vllm_priority(policy: Policy, scheduled_as: DifficultyClass, arrival_s: float) -> int:
+    """vLLM's priority (lower is scheduled first and preempted last) of a request scheduled as class `scheduled_as`:
+    the class's fixed value, or its deadline in milliseconds (routing.priority_order)."""
+    if policy.routing.priority_order == "deadline":
+        return round(1000 * (arrival_s + policy.slos[scheduled_as].ttfvt_s))
+    return policy.routing.priority[scheduled_as]
 
 
 def degrade(policy: Policy, request: RoutingRequest, decision: Decision, loads: dict[str, TierLoad]) -> Decision:

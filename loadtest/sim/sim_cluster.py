@@ -227,7 +227,8 @@ class Simulation:
         self.requests.append(request)
         loads = {name: TierLoad(tuple(t.reports.values())) for name, t in self.tiers.items()}
         try:
-            decision = self.decide(self.policy, RoutingRequest(prompt=arrival.prompt.text), difficulty, loads)
+            decision = self.decide(self.policy, RoutingRequest(prompt=arrival.prompt.text, arrival_s=arrival.at_s),
+                                   difficulty, loads)
         except Overloaded:
             request.shed = True
             return request

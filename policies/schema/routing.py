@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, model_validator
 
 from thinktier.policies.schema.base import DEPLOY_TIME, DifficultyClass, Effort, StrictModel
@@ -61,6 +63,14 @@ class Routing(StrictModel):
         "the chat tier: easy): lower is scheduled first and preempted last. On an H200 under KV pressure the default "
         "met every SLO, cut easy requests' p99 TTFVT 5.3x against FCFS and finished hard requests as early as FCFS on "
         "average (+0.1%); {easy: 0, medium: 1, hard: 1} was worse on every figure (loadtest/results/gpu-scaling).",
+    )
+    priority_order: Literal["class", "deadline"] = Field(
+        "class",
+        description="How a request's vLLM priority is set. class: from `priority`, by the class of its budget. "
+        "deadline: earliest deadline first, the deadline being the request's arrival plus its class's TTFVT objective "
+        "(slos.<class>.ttfvt_s; the chat tier's requests: easy), in milliseconds: a hard request that has waited most "
+        "of its objective outranks an easy one that has just arrived, so no class starves under a burst of another. "
+        "class stays the default until deadline has been measured through the whole stack (issue 30).",
     )
 
 

@@ -79,6 +79,22 @@ def test_a_degraded_request_is_scheduled_as_the_budget_it_got_not_the_one_it_los
     assert (moved.tier, moved.difficulty, moved.priority) == ("chat", "hard", priority["easy"])
 
 
+def test_the_deadline_order_lets_a_long_waiting_hard_request_outrank_a_fresh_easy_one() -> None:
+    deadline = POLICY.model_copy(update={"routing": POLICY.routing.model_copy(update={"priority_order": "deadline"})})
+    slos = POLICY.slos
+    waited = slos["hard"].ttfvt_s - slos["easy"].ttfvt_s + 1  # arrived long enough ago that its deadline comes first
+    hard = decide(deadline, RoutingRequest(prompt="p", arrival_s=1000.0 - waited), score(0.95), {})
+    easy = decide(deadline, RoutingRequest(prompt="p", arrival_s=1000.0), score(0.35), {})
+    assert hard.priority == round(1000 * (1000.0 - waited + slos["hard"].ttfvt_s)) < easy.priority
+    fresh_hard = decide(deadline, RoutingRequest(prompt="p", arrival_s=1000.0), score(0.95), {})
+    assert fresh_hard.priority > easy.priority  # arrived together: the tighter objective goes first
+    by_class = decide(POLICY, RoutingRequest(prompt="p", arrival_s=1000.0 - waited), score(0.95), {})
+    assert by_class.priority == POLICY.routing.priority["hard"]  # the class order ignores how long it waited
+    moved = decide(deadline, RoutingRequest(prompt="p", reasoning_effort="low", arrival_s=1000.0), score(0.95),
+                   {"reasoning": FULL, "chat": IDLE})
+    assert (moved.tier, moved.priority) == ("chat", easy.priority)  # on the chat tier it is held to the easy objective
+
+
 def test_one_idle_replica_means_not_saturated() -> None:
     mixed = TierLoad((ReplicaStats(kv_occupancy=0.99), ReplicaStats(kv_occupancy=0.2)))
     decision = decide(POLICY, RoutingRequest(prompt="p", reasoning_effort="high"), None, {"reasoning": mixed})
