@@ -95,6 +95,17 @@ def test_the_routing_decision_is_the_real_decide() -> None:
     assert refused.run.overall.shed == refused.run.overall.requests > 0
 
 
+def test_the_deadline_order_reaches_the_simulated_engines_as_arrival_plus_the_class_objective() -> None:
+    inputs = small()
+    policy = inputs.policy.model_copy(update={"routing": inputs.policy.routing.model_copy(
+        update={"priority_order": "deadline"})})
+    served = [r for r in simulate(replace(inputs, policy=policy)).sim.requests if r.tier is not None]
+    assert served
+    for request in served:  # the vLLM priority each simulated request carried: its deadline on the simulator's clock
+        objectives = {round(1000 * (request.arrival_s + slo.ttfvt_s)) for slo in policy.slos.values()}
+        assert request.priority in objectives
+
+
 def test_the_replica_choice_is_the_real_router_score() -> None:
     spread = Counter(r.replica for r in simulate(small()).sim.requests)
     assert len(spread) == 2 and min(spread.values()) > 0
