@@ -4,9 +4,8 @@
 #   1. carry [.gpu/c1, .gpu/whl, .gpu/tok, .gpu/s]:
 #        bash .gpu/s/stage1.sh && MINUTES=7.5 bash scripts/gpu_reasoner.sh train
 #      trains reasoner-small and reasoner-large ($SIZES, default both) from scratch side by side, each capped at
-#      $MINUTES (default 7.5), saves
-#      them in bfloat16 and puts them in $OUT within its 64 MiB: reasoner-small.tar, reasoner-large.tar.part-0N (join
-#      with cat) and train.log. Training needs no vLLM, only the wheels stage1.sh installs into /tmp/site. The large
+#      $MINUTES (default 7.5), saves them in bfloat16 and puts them in $OUT within its 64 MiB: reasoner-small.tar,
+#      reasoner-large.tar.part-0N (join with cat) and train.log. Training needs no vLLM, only the wheels stage1.sh installs into /tmp/site. The large
 #      folder stays in /tmp for the bench.
 #   2. carry [.gpu/c2, .gpu/s]: cp .gpu/c2/* /tmp/stage/
 #   3. carry [.gpu/c3, .gpu/s]: cp .gpu/c3/* /tmp/stage/

@@ -85,10 +85,10 @@ def batches(stream: Iterator[tuple[int, Example]], tokens_per_step: int, seed: i
             pending[count // BUCKET_STEPS] = []
 
 
-def tensors(batch: list[Example], pad_id: int, device: str) -> tuple[Any, Any, Any]:
-    """Token ids, labels (-100 where not learned) and the real-token mask of a batch, padded on the right.
+def tensors(batch: list[Example], pad_id: int, device: str) -> tuple[Any, Any]:
+    """Token ids and labels (-100 where not learned) of a batch, padded on the right.
 
-    The model is called without the mask: attention is causal, so a real token never sees the padding after it, and
+    The model is called without an attention mask: attention is causal, so a real token never sees the padding after it, and
     with no mask attention runs as one causal kernel (flash attention on a GPU) instead of a masked one (1.5x per
     step on the CPU for the large size; the loss is the same to the last digit)."""
     import torch
@@ -96,14 +96,12 @@ def tensors(batch: list[Example], pad_id: int, device: str) -> tuple[Any, Any, A
     width = max(len(e.ids) for e in batch)
     ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
     labels = torch.full((len(batch), width), IGNORE, dtype=torch.long)
-    mask = torch.zeros((len(batch), width), dtype=torch.long)
     for row, example in enumerate(batch):
         n = len(example.ids)
         ids[row, :n] = torch.tensor(example.ids)
-        mask[row, :n] = 1
         learned = torch.tensor(example.learned)
         labels[row, :n] = torch.where(learned, ids[row, :n], IGNORE)
-    return ids.to(device), labels.to(device), mask.to(device)
+    return ids.to(device), labels.to(device)
 
 
 def bf16_fast(device: str) -> bool:
@@ -165,7 +163,7 @@ def train(size: ReasonerSize, dest: Path, options: TrainingOptions) -> dict[str,
             break
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(step, size, progress)
-        ids, labels, mask = tensors(batch, tokenizer.pad_token_id, options.device)
+        ids, labels = tensors(batch, tokenizer.pad_token_id, options.device)
         if autocast is None:
             loss = model(input_ids=ids, labels=labels).loss
         else:
@@ -175,7 +173,7 @@ def train(size: ReasonerSize, dest: Path, options: TrainingOptions) -> dict[str,
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        seen_tokens += int(mask.sum())
+        seen_tokens += sum(len(e.ids) for e in batch)
         losses.append(loss.item())
         if (step + 1) % options.log_every == 0 or step + 1 == steps:
             elapsed = time.monotonic() - started
