@@ -7,13 +7,15 @@ import os
 import sys
 from pathlib import Path
 
+from thinktier.cli.args import policy_setting
 from thinktier.loadtest.client import RequestOptions
+from thinktier.loadtest.compare_targets import LINEUP, lineup
 from thinktier.loadtest.measure import LoadSpec
 from thinktier.loadtest.metrics_scraper import RAY_LLM_METRICS, THINKTIER_METRICS
 from thinktier.loadtest.report import RunReport
 from thinktier.loadtest.runner import RunSettings, Target
 from thinktier.loadtest.workload import Mix, PromptPool
-from thinktier.policies.loader import DEFAULT_POLICY, PolicyError, load_policy
+from thinktier.policies.loader import DEFAULT_POLICY, PolicyError, load_policy, load_policy_with
 from thinktier.policies.schema import EFFORTS
 from thinktier.training.reasoner.sizes import SIZES, SizeName
 
@@ -122,8 +124,8 @@ def _add_workload_args(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         help="max_tokens of every request; unset lets the server decide. vLLM-based servers count thinking and answer "
-        "against it; thinktier caps only the answer with it (thinking has its own budget). In compare, when unset, Ray "
-        "Serve LLM gets the largest thinking + answer budget of the tier it copies, where thinktier's high effort stops",
+        "against it; thinktier caps only the answer with it (thinking has its own budget). compare gives Ray Serve "
+        "LLM's requests their own: the budget --policy's classifier gives each (thinking + answer)",
     )
     r.add_argument(
         "--effort",
@@ -258,51 +260,67 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _compare(args: argparse.Namespace) -> int:
-    from thinktier.loadtest.compare import CompareTarget, compare  # lazily: matplotlib is slow to import
+def _targets(text: str) -> tuple[str, ...]:
+    chosen = tuple(t.strip() for t in text.split(",") if t.strip())
+    unknown = sorted(set(chosen) - set(LINEUP))
+    if unknown or not chosen:
+        raise argparse.ArgumentTypeError(f"--targets {text!r}: unknown {unknown}; choose from {', '.join(LINEUP)}")
+    return chosen
 
-    # Resolved before any target starts, so the compare report names the exact files.
-    ray_llm_policy = Path(args.ray_llm_policy or args.single_pool_policy).resolve()
-    args.policy, args.single_pool_policy = Path(args.policy).resolve(), Path(args.single_pool_policy).resolve()
+
+def _seeds(text: str) -> tuple[int, ...]:
     try:
-        policy = load_policy(args.policy)
-        load_policy(args.single_pool_policy)
-        peer_policy = load_policy(ray_llm_policy)
-    except PolicyError as exc:
+        return tuple(int(s) for s in text.split(",") if s.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--repeat-seeds {text!r}: expected integers separated by commas, e.g. 1,2") from None
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from thinktier.loadtest.compare import compare, load_specs  # lazily: matplotlib is slow to import
+    from thinktier.loadtest.compare_report import summarize
+
+    if args.summarize is not None:
+        try:
+            summarize(args.summarize, args.baseline)
+        except ValueError as exc:
+            print(f"loadtest compare: {exc}", file=sys.stderr)
+            return 2
+        print(f"rebuilt {args.summarize / 'compare.md'} from the raw files there")
+        return 0
+    try:
+        policy = load_policy_with(args.policy, args.set)
+        pool = load_policy(args.single_pool_policy)
+    except (PolicyError, ValueError) as exc:
         print(exc, file=sys.stderr)
         return 1
-    if args.ray_llm_tier is not None and args.ray_llm_tier not in peer_policy.tiers:
-        print(
-            f"--ray-llm-tier {args.ray_llm_tier!r}: no such tier in {ray_llm_policy}; tiers are {sorted(peer_policy.tiers)}",
-            file=sys.stderr,
-        )
+    if args.ray_llm_tier is not None and args.ray_llm_tier not in pool.tiers:
+        print(f"--ray-llm-tier {args.ray_llm_tier!r}: no such tier in {args.single_pool_policy}; tiers are "
+              f"{sorted(pool.tiers)}", file=sys.stderr)
         return 2
-    targets = [
-        CompareTarget("thinktier-tiered", "thinktier", str(args.policy)),
-        CompareTarget("thinktier-single-pool", "thinktier", str(args.single_pool_policy)),
-        CompareTarget("ray-serve-llm", "ray-serve-llm", str(ray_llm_policy), args.ray_llm_tier, args.ray_llm_cpu_threads),
-    ]
-    targets = [t for t in targets if t.name not in args.skip]
-    if args.baseline not in [t.name for t in targets]:
-        print(f"--baseline {args.baseline!r} is skipped or unknown; choose one of {[t.name for t in targets]}", file=sys.stderr)
-        return 2
+    out = _out_dir(args, "compare")
+    names = (Path(args.policy).name + "".join(f" --set {k}={v}" for k, v in args.set), Path(args.single_pool_policy).name)
+    targets = [t for t in lineup(policy, pool, out, names, args.ray_llm_tier, args.ray_llm_cpu_threads)
+               if t.name in args.targets]
     if args.temperature is None:  # every target samples alike: thinktier's default, sent explicitly
         from thinktier.deployments.request.openai_api import OpenAIRequest
 
         args.temperature = OpenAIRequest.model_fields["temperature"].default
-    out = _out_dir(args, "compare")
-    result = compare(
-        targets,
-        _spec(args),
-        _pool(args),
-        policy.slos,
-        out,
-        args.baseline,
-        _options(args, THINKTIER_MODEL),
-        port=args.port,
-        metrics_port=args.metrics_port,
-        settings=_settings(args),
-    )
+    try:
+        result = compare(
+            targets,
+            load_specs(_spec(args), args.repeat_seeds),
+            _pool(args),
+            policy.slos,
+            out,
+            args.baseline,
+            _options(args, THINKTIER_MODEL),
+            port=args.port,
+            metrics_port=args.metrics_port,
+            settings=_settings(args),
+        )
+    except ValueError as exc:
+        print(f"loadtest compare: {exc}", file=sys.stderr)
+        return 2
     print(f"compared {', '.join(result.targets)} (baseline {result.baseline}); see {out / 'compare.md'}")
     return 0
 
@@ -391,15 +409,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     cmp = commands.add_parser(
         "compare",
-        help="start thinktier (tiered, single-pool) and Ray Serve LLM in turn and compare them on one workload",
-        description="Start each target on this machine, one after the other, run the same seeded workload against each, "
-        "stop it, and write compare.md / compare.json with every metric side by side as a ratio to the "
-        "baseline, plus a full report per target in a sub-folder. Targets: thinktier-tiered (--policy), "
-        "thinktier-single-pool (--single-pool-policy: one tier, no classifier, no budgets), and "
-        "ray-serve-llm (ray.serve.llm.build_openai_app on the same model and vLLM engine settings as the "
-        "single-pool tier, with a reasoning parser but no budgets, routing, priorities or shedding; its max_tokens "
-        "is that tier's largest thinking + answer budget). The policy's slos judge every target. Each target takes "
-        "minutes to start; run it on a quiet machine.",
+        help="start the five targets of the comparison matrix in turn and compare them on one workload",
+        description="Start each target on this machine, one after the other; run against each, back to back, the "
+        "first seed at every --rate, then every --repeat-seeds seed at the middle rate; stop it; and write "
+        "compare.md / compare.json with every metric side by side as a ratio to the baseline (taken within a "
+        "seed), with the median and range over the seeds, plus TARGET/seed-S/ per target and seed (report, raw "
+        "requests, plots). The targets isolate one mechanism each: one-pool (--single-pool-policy: every request one "
+        "budget), one-pool-budgets (that pool's tier with --policy's classifier, per-class budgets and priorities, "
+        "no chat tier), tiered-no-degradation (--policy, no budget cut, no chat fallback, no shedding), tiered "
+        "(--policy as it ships), ray-serve-llm (Ray Serve LLM on the single pool's tier, each request the budget "
+        "--policy's classifier gives it, through vLLM's thinking_token_budget and max_tokens). The first three run "
+        "with degradation off; their policies are written to OUT/NAME-policy.yaml. The policy's slos judge every "
+        "target. Each target takes minutes to start; run it on a quiet machine.",
     )
     cmp.add_argument(
         "--policy",
@@ -407,34 +428,55 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help=f"the tiered policy; its slos judge every target (default {DEFAULT_POLICY.name})",
     )
     cmp.add_argument(
-        "--single-pool-policy",
-        default=str(SINGLE_POOL_POLICY),
-        help="policy of the single-pool target (default policies/examples/single-pool.yaml)",
+        "--set",
+        type=policy_setting,
+        action="append",
+        default=[],
+        metavar="KNOB=VALUE",
+        help="change one field of --policy for every target that takes from it (repeatable), e.g. "
+        "routing.classifier.artifact=builtin:difficulty-v5",
     )
     cmp.add_argument(
-        "--ray-llm-policy",
-        default=None,
-        help="policy whose tier Ray Serve LLM copies (model, vLLM engine arguments, CPU binding) (default: "
-        "--single-pool-policy, whose one engine has the total KV cache, batch slots and cores of the tiered deployment)",
+        "--single-pool-policy",
+        default=str(SINGLE_POOL_POLICY),
+        help="the one pool: its one tier (model, engine, resources) serves one-pool, one-pool-budgets and "
+        "ray-serve-llm; give it the total KV cache, batch slots and cores of the tiered policy's tiers "
+        "(default policies/examples/single-pool.yaml)",
     )
     cmp.add_argument(
         "--ray-llm-tier",
         default=None,
-        help="tier of --ray-llm-policy that Ray Serve LLM copies (default: its routing.reasoning_tier)",
+        help="tier of --single-pool-policy that Ray Serve LLM copies (default: its routing.reasoning_tier)",
     )
     cmp.add_argument(
         "--ray-llm-cpu-threads",
         default=None,
         help="CPU tiers: cores Ray Serve LLM's engine binds to, e.g. 0-1 (default: the copied tier's engine.cpu_threads)",
     )
-    cmp.add_argument("--baseline", default="ray-serve-llm", help="target the ratios are relative to (default ray-serve-llm)")
+    cmp.add_argument("--baseline", default="one-pool", help="target the ratios are relative to (default one-pool)")
     cmp.add_argument(
-        "--skip",
-        action="append",
-        default=[],
-        metavar="TARGET",
-        choices=["thinktier-tiered", "thinktier-single-pool", "ray-serve-llm"],
-        help="leave a target out (repeatable)",
+        "--targets",
+        type=_targets,
+        default=LINEUP,
+        metavar="NAME[,NAME...]",
+        help="targets to start, in this order; the report covers every target in --out, those of earlier runs into "
+        "the same folder included, so a matrix can be run a target at a time (default: all five)",
+    )
+    cmp.add_argument(
+        "--repeat-seeds",
+        type=_seeds,
+        default=(),
+        metavar="S[,S...]",
+        help="more seeds, each run at the middle rate of --rate after the first seed's runs; the report gives the "
+        "median and range over all seeds there (default: none)",
+    )
+    cmp.add_argument(
+        "--summarize",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="start nothing: rebuild DIR/compare.{md,json} and the plot from the raw requests saved there, with "
+        "this version's metric definitions",
     )
     cmp.add_argument("--port", type=int, default=8000, help="HTTP port each target serves on (default 8000)")
     cmp.add_argument("--metrics-port", type=int, default=8090, help="Ray metrics export port for Ray Serve LLM (default 8090)")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from thinktier.loadtest.report import Report, build_report, write
 from thinktier.loadtest.runner import RunRecord, RunSettings, Target, run_closed_loop, run_open_loop
-from thinktier.loadtest.workload import Mix, PromptPool, closed_loop, open_loop
+from thinktier.loadtest.workload import Mix, PromptPool, WorkItem, closed_loop, open_loop
 from thinktier.policies.schema import SLO, DifficultyClass
 
 
@@ -38,18 +38,27 @@ class LoadSpec:
         }
 
 
+def _open_loop(spec: LoadSpec, pool: PromptPool, rate: float) -> list[WorkItem]:
+    return open_loop(pool, spec.mix, rate, spec.shape, spec.duration_s, spec.seed)
+
+
+def work_items(spec: LoadSpec, pool: PromptPool) -> list[WorkItem]:
+    """Every request the spec sends, over all its runs."""
+    if spec.batch_size is not None:
+        return [item for batch in closed_loop(pool, spec.mix, spec.batch_size, spec.batches, spec.seed) for item in batch]
+    return [item for rate in spec.rates for item in _open_loop(spec, pool, rate)]
+
+
 def run_all(target: Target, spec: LoadSpec, pool: PromptPool, settings: RunSettings) -> list[RunRecord]:
     """Every run of the spec, one after the other, each with the same seed (same prompts in the same order)."""
     if spec.batch_size is not None:
         batches = closed_loop(pool, spec.mix, spec.batch_size, spec.batches, spec.seed)
         return [asyncio.run(run_closed_loop(target, batches, settings, f"batch={spec.batch_size}"))]
-    records = []
-    for rate in spec.rates:
-        items = open_loop(pool, spec.mix, rate, spec.shape, spec.duration_s, spec.seed)
-        records.append(asyncio.run(
-            run_open_loop(target, items, settings, f"rate={rate:g}", rate, spec.shape, spec.duration_s)
-        ))
-    return records
+    return [
+        asyncio.run(run_open_loop(target, _open_loop(spec, pool, rate), settings, f"rate={rate:g}", rate, spec.shape,
+                                  spec.duration_s))
+        for rate in spec.rates
+    ]
 
 
 def measure(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import httpx
@@ -27,6 +27,11 @@ class Target:
     metrics_url: str | None = None
     """Prometheus page to scrape; `{url}/metrics` when None."""
     metric_names: MetricNames = THINKTIER_METRICS
+    per_prompt: Mapping[str, RequestOptions] = field(default_factory=dict)
+    """Options of particular prompts (by prompt id) in place of `options`: a peer given thinktier's per-class budgets."""
+
+    def options_for(self, item: WorkItem) -> RequestOptions:
+        return self.per_prompt.get(item.prompt.id, self.options)
 
     @property
     def completions_url(self) -> str:
@@ -105,7 +110,7 @@ class _Session:
         start_s = time.perf_counter() - self.t0
         try:
             result = await asyncio.wait_for(
-                send(self.client, self.target.completions_url, item, self.target.options, self.t0),
+                send(self.client, self.target.completions_url, item, self.target.options_for(item), self.t0),
                 timeout=self.settings.request_timeout_s,
             )
         except TimeoutError:

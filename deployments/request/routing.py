@@ -75,7 +75,7 @@ def budget_decision(
     if tenant is not None:
         effort = _effort_at_most(effort, tenant.max_effort)
     budget = policy.tiers[tier].budgets[effort]
-    thinking = 0 if request.thinking_off else budget.thinking_tokens
+    thinking = 0 if request.thinking_off or _needs_no_reasoning(policy, reason, difficulty) else budget.thinking_tokens
     if request.max_thinking_tokens is not None:
         thinking = min(thinking, request.max_thinking_tokens)
     answer = budget.answer_tokens
@@ -105,6 +105,12 @@ def budget_decision(
         reason=reason,
         score=difficulty.score if difficulty is not None else None,
     )
+
+
+def _needs_no_reasoning(policy: Policy, reason: str, difficulty: DifficultyScore | None) -> bool:
+    """Whether the classifier scored the prompt below `thresholds.reasoning`: answered with thinking off, on the chat
+    tier where there is one and on the reasoning tier (its low budget's answer) where there is none."""
+    return reason == "classifier" and difficulty is not None and difficulty.score < policy.routing.thresholds.reasoning
 
 
 def vllm_priority(policy: Policy, scheduled_as: DifficultyClass, arrival_s: float) -> int:

@@ -12,7 +12,9 @@ from thinktier.policies.schema.base import DEPLOY_TIME, DifficultyClass, Effort,
 class Thresholds(StrictModel):
     """Difficulty score (0 = trivial, 1 = olympiad) to tier and effort. Scores below `reasoning` go to the chat tier."""
 
-    reasoning: float = Field(0.3, ge=0, le=1, description="Lowest score sent to the reasoning tier.")
+    reasoning: float = Field(0.3, ge=0, le=1, description="Lowest score that thinks: below it a prompt is answered "
+                           "with thinking off, on the chat tier, or on the reasoning tier at the low budget where there is "
+                           "no chat tier.")
     medium: float = Field(0.6, ge=0, le=1, description="Lowest score given medium effort.")
     high: float = Field(0.8, ge=0, le=1, description="Lowest score given high effort.")
 

@@ -122,3 +122,14 @@ def test_a_one_pool_policy_serves_a_request_without_thinking_from_its_one_tier_w
     one_pool = load_policy(Path(__file__).resolve().parents[2] / "policies" / "examples" / "single-pool.yaml")
     decision = decide(one_pool, RoutingRequest(prompt="p", thinking_off=True), None, {})
     assert (decision.tier, decision.thinking_tokens) == (one_pool.routing.reasoning_tier, 0)
+
+
+def test_a_one_pool_policy_with_a_classifier_answers_a_prompt_that_needs_no_reasoning_with_thinking_off() -> None:
+    one_pool = load_policy(Path(__file__).resolve().parents[2] / "policies" / "examples" / "single-pool.yaml")
+    classified = one_pool.model_copy(update={"routing": one_pool.routing.model_copy(
+        update={"classifier": one_pool.routing.classifier.model_copy(update={"enabled": True})})})
+    no_reasoning = decide(classified, RoutingRequest(prompt="hi"), score(0.1), {})
+    assert (no_reasoning.tier, no_reasoning.effort, no_reasoning.thinking_tokens) == ("reasoning", "low", 0)
+    assert no_reasoning.answer_tokens == classified.tiers["reasoning"].budgets["low"].answer_tokens
+    easy = decide(classified, RoutingRequest(prompt="2+2?"), score(0.3), {})
+    assert easy.thinking_tokens == classified.tiers["reasoning"].budgets["low"].thinking_tokens > 0

@@ -23,8 +23,8 @@ from tests.conftest import TINY_POLICY
 from thinktier.cluster.local import LocalCluster
 from thinktier.deployments.tier.engine import engine_kwargs
 from thinktier.loadtest.client import RequestOptions, RequestResult
-from thinktier.loadtest.compare import markdown as compare_markdown
-from thinktier.loadtest.compare import side_by_side
+from thinktier.loadtest.compare_report import markdown as compare_markdown
+from thinktier.loadtest.compare_report import side_by_side
 from thinktier.loadtest.measure import LoadSpec, measure
 from thinktier.loadtest.metrics_scraper import THINKTIER_METRICS, MetricsTimeline, parse_tiers
 from thinktier.loadtest.ray_llm_target import settings_from_tier

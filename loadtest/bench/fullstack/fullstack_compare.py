@@ -7,15 +7,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
-from thinktier.loadtest.bench.fullstack.fullstack_record import read_jsonl, saved_runs
-from thinktier.loadtest.bench.fullstack.fullstack_report import saved_report
-from thinktier.loadtest.client import RequestResult
-from thinktier.loadtest.compare import markdown, side_by_side
-from thinktier.loadtest.metrics_scraper import MetricsTimeline
-from thinktier.loadtest.report import Report, RunReport, build_report
+from thinktier.loadtest.bench.fullstack.fullstack_record import saved_runs
+from thinktier.loadtest.compare_report import markdown, side_by_side
+from thinktier.loadtest.report import Report
 from thinktier.loadtest.report import markdown as report_markdown
+from thinktier.loadtest.report_rebuild import rebuild
 from thinktier.loadtest.runner import RunRecord
 
 FOOTER = (
@@ -24,31 +21,12 @@ FOOTER = (
 )
 
 
-def arrival_window(run: RunReport, settings: dict[str, Any]) -> float | None:
-    """The arrival window of a saved run: its own, or for reports saved before it was recorded, the open loop's
-    planned duration from the run's settings."""
-    if run.window_s is not None or run.mode != "open":
-        return run.window_s
-    planned = settings.get("duration_s")
-    return float(planned) if planned is not None else None
-
-
 def rebuilt(out_dir: Path, name: str) -> tuple[Report, list[RunRecord]] | None:
     """A config's report rebuilt from NAME-requests.jsonl and the timeline saved in NAME-report.json; None without both."""
-    saved, requests = saved_report(out_dir, name), out_dir / f"{name}-requests.jsonl"
-    if saved is None or not requests.exists():
+    report, requests = out_dir / f"{name}-report.json", out_dir / f"{name}-requests.jsonl"
+    if not report.exists() or not requests.exists():
         return None
-    rows = read_jsonl(requests)
-    records = [
-        RunRecord(
-            run.label, run.mode, run.offered_rate_rps, run.shape, run.duration_s,
-            [RequestResult.from_row(row) for row in rows if row["run"] == run.label],
-            MetricsTimeline(list(run.timeline), run.scrapes, run.scrape_failures, run.scrape_last_error),
-            arrival_window(run, saved.settings),
-        )
-        for run in saved.runs
-    ]
-    return build_report(saved.target, saved.settings, saved.slos, records), records
+    return rebuild(report, requests)
 
 
 def write_comparison(out_dir: Path, baseline: str) -> str:
@@ -72,7 +50,7 @@ def write_comparison(out_dir: Path, baseline: str) -> str:
         )
     first = reports[baseline]
     result = side_by_side(reports, baseline, {**first.settings, "configs": ", ".join(reports)})
-    (out_dir / "compare.json").write_text(json.dumps(result.model_dump(mode="json", exclude={"reports"}), indent=2) + "\n")
+    (out_dir / "compare.json").write_text(json.dumps(result.model_dump(mode="json"), indent=2) + "\n")
     text = markdown(result, FOOTER)
     (out_dir / "compare.md").write_text(text)
     plots.class_p99_bars(reports, out_dir / "ttfvt_p99_by_class.png")

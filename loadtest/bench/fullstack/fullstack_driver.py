@@ -17,7 +17,7 @@ from pathlib import Path
 
 import httpx
 
-from thinktier.loadtest.bench.fullstack.fullstack_record import ConfigRun, read_jsonl
+from thinktier.loadtest.bench.fullstack.fullstack_record import ConfigRun
 from thinktier.loadtest.bench.fullstack.fullstack_report import fmt, saved_report, summary_line, summary_row, write_summary
 from thinktier.loadtest.bench.fullstack.fullstack_requests import failures, idle_probe, loadtest_command, warm_up
 from thinktier.loadtest.bench.fullstack.fullstack_sampler import Sampler, cpu_stats, fetch_series, gpu_stats, load_window
@@ -30,6 +30,7 @@ from thinktier.loadtest.bench.fullstack.fullstack_server import (
 )
 from thinktier.loadtest.bench.fullstack.fullstack_settings import STOP_RESERVE_S, Clock, Settings, min_left_s
 from thinktier.loadtest.bench.fullstack.fullstack_targets import Config
+from thinktier.loadtest.report_rebuild import read_jsonl
 from thinktier.policies.loader import load_policy
 from thinktier.policies.schema import Policy
 

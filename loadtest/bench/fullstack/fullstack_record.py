@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel
 
@@ -111,7 +109,3 @@ def saved_runs(out_dir: Path) -> list[ConfigRun]:
     """Every NAME-fullstack.json in `out_dir`, in the order the configs started."""
     runs = (ConfigRun.model_validate_json(p.read_text()) for p in out_dir.glob("*-fullstack.json"))
     return sorted(runs, key=lambda r: r.started_unix)
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
