@@ -14,6 +14,8 @@ from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
+import httpx
+
 from thinktier.loadtest.client import RequestOptions
 from thinktier.loadtest.compare_report import SEED_DIR, TARGETS_FILE, CompareReport, summarize
 from thinktier.loadtest.compare_targets import CompareTarget
@@ -54,6 +56,15 @@ def started(
                      per_prompt=per_prompt)
 
 
+def warm_up(endpoint: Target, timeout_s: float = 300.0) -> None:
+    """One short request, answered in full, before the load: a target that cannot serve it fails the compare here,
+    not during the measurement (and the first request's one-off costs stay out of the figures)."""
+    body = replace(endpoint.options, max_tokens=16, thinking_token_budget=None).body("Say hello.")
+    response = httpx.post(endpoint.completions_url, json=body, headers=endpoint.options.headers(), timeout=timeout_s)
+    if response.status_code != 200 or "data: [DONE]" not in response.text:
+        raise RuntimeError(f"warm-up request to {endpoint.url} failed: HTTP {response.status_code}: {response.text[:300]}")
+
+
 def load_specs(spec: LoadSpec, repeat_seeds: Sequence[int]) -> list[LoadSpec]:
     """`spec` (its seed at every rate), then each of `repeat_seeds` at the middle of its rates (the median rate; the
     higher middle one of an even count)."""
@@ -86,6 +97,7 @@ def compare(
     prompts = [item.prompt for spec in specs for item in work_items(spec, pool)]
     for target in targets:
         with started(target, port, metrics_port, options, prompts) as endpoint:
+            warm_up(endpoint)
             for spec in specs:
                 measure(endpoint, spec, pool, slos, out_dir / target.name / f"{SEED_DIR}{spec.seed}", settings)
     return summarize(out_dir, baseline)

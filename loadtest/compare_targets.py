@@ -11,8 +11,8 @@
 
 Degradation off: no budget cut, no chat fallback, and the saturation thresholds at their maxima, so that a request
 waits in the engine's queue rather than being cut or moved; it is shed (429) only when every replica of its tier
-reports a completely full KV cache (the schema has no setting that never sheds). Every policy a target serves is written beside the results, so
-the report names the exact file.
+reports a completely full KV cache (the schema has no setting that never sheds). Every policy a target serves is
+written beside the results, so the report names the exact file.
 """
 
 from __future__ import annotations
