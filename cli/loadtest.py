@@ -289,7 +289,7 @@ def _compare(args: argparse.Namespace) -> int:
         return 0
     try:
         policy = load_policy_with(args.policy, args.set)
-        pool = load_policy(args.single_pool_policy)
+        pool = load_policy_with(args.single_pool_policy, args.pool_set)
     except (PolicyError, ValueError) as exc:
         print(exc, file=sys.stderr)
         return 1
@@ -298,7 +298,8 @@ def _compare(args: argparse.Namespace) -> int:
               f"{sorted(pool.tiers)}", file=sys.stderr)
         return 2
     out = _out_dir(args, "compare")
-    names = (Path(args.policy).name + "".join(f" --set {k}={v}" for k, v in args.set), Path(args.single_pool_policy).name)
+    names = (Path(args.policy).name + "".join(f" --set {k}={v}" for k, v in args.set),
+             Path(args.single_pool_policy).name + "".join(f" --pool-set {k}={v}" for k, v in args.pool_set))
     targets = [t for t in lineup(policy, pool, out, names, args.ray_llm_tier, args.ray_llm_cpu_threads)
                if t.name in args.targets]
     if args.temperature is None:  # every target samples alike: thinktier's default, sent explicitly
@@ -442,6 +443,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="the one pool: its one tier (model, engine, resources) serves one-pool, one-pool-budgets and "
         "ray-serve-llm; give it the total KV cache, batch slots and cores of the tiered policy's tiers "
         "(default policies/examples/single-pool.yaml)",
+    )
+    cmp.add_argument(
+        "--pool-set",
+        type=policy_setting,
+        action="append",
+        default=[],
+        metavar="KNOB=VALUE",
+        help="change one field of --single-pool-policy (repeatable), e.g. tiers.reasoning.engine.kv_cache_memory_gib=2.25",
     )
     cmp.add_argument(
         "--ray-llm-tier",

@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 
 from thinktier.loadtest.client import RequestOptions
-from thinktier.loadtest.compare_report import SEED_DIR, TARGETS_FILE, CompareReport, summarize
+from thinktier.loadtest.compare_report import SEED_DIR, TARGET_FILE, CompareReport, summarize
 from thinktier.loadtest.compare_targets import CompareTarget
 from thinktier.loadtest.measure import LoadSpec, measure, work_items
 from thinktier.loadtest.metrics_scraper import RAY_LLM_METRICS
@@ -85,15 +85,15 @@ def compare(
     settings: RunSettings | None = None,
 ) -> CompareReport:
     """Start each target in turn, run every spec against it into OUT/TARGET/seed-S/, stop it; then write
-    compare.json/.md from everything in `out_dir` (targets of earlier calls into the same folder included)."""
+    compare.json/.md from every target folder in `out_dir` (those of earlier calls included)."""
     names = [t.name for t in targets]
     if len(set(names)) != len(names):
         raise ValueError(f"target names must be unique; got {names}")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    listed = out_dir / TARGETS_FILE
-    recorded = json.loads(listed.read_text()) if listed.exists() else {}
-    recorded.update({t.name: {"kind": t.kind, "policy": t.policy_path, "what": t.what} for t in targets})
-    listed.write_text(json.dumps(recorded, indent=2) + "\n")
+    for target in targets:
+        described = out_dir / target.name / TARGET_FILE
+        described.parent.mkdir(parents=True, exist_ok=True)
+        described.write_text(json.dumps({"kind": target.kind, "policy": target.policy_path, "what": target.what},
+                                        indent=2) + "\n")
     prompts = [item.prompt for spec in specs for item in work_items(spec, pool)]
     for target in targets:
         with started(target, port, metrics_port, options, prompts) as endpoint:

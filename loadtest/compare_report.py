@@ -12,11 +12,12 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from thinktier.loadtest.compare_targets import LINEUP
 from thinktier.loadtest.report import ClassStats, Report, RunReport
 from thinktier.loadtest.report_rebuild import rebuild
 
-TARGETS_FILE = "compare-targets.json"
-"""What a compare folder's targets were ({name: {kind, policy, what}}), in the order they ran."""
+TARGET_FILE = "target.json"
+"""In each target's folder: what the target was ({kind, policy, what})."""
 SEED_DIR = "seed-"
 
 
@@ -208,12 +209,12 @@ def markdown(report: CompareReport, footer: str = FOOTER) -> str:
 
 
 def saved_targets(out_dir: Path) -> dict[str, dict[str, str]]:
-    """The targets a compare folder records, in the order they ran; else its sub-folders that hold seed runs."""
-    listed = out_dir / TARGETS_FILE
-    if listed.exists():
-        targets: dict[str, dict[str, str]] = json.loads(listed.read_text())
-        return {name: t for name, t in targets.items() if (out_dir / name).is_dir()}
-    return {d.name: {} for d in sorted(out_dir.iterdir()) if d.is_dir() and any(d.glob(f"{SEED_DIR}*/report.json"))}
+    """The target folders of a compare folder (those with a seed run), in the line-up's order, each with its
+    description where it saved one."""
+    found = [d for d in out_dir.iterdir() if d.is_dir() and any(d.glob(f"{SEED_DIR}*/report.json"))]
+    order = {name: i for i, name in enumerate(LINEUP)}
+    found.sort(key=lambda d: (order.get(d.name, len(order)), d.name))
+    return {d.name: json.loads((d / TARGET_FILE).read_text()) if (d / TARGET_FILE).exists() else {} for d in found}
 
 
 def load_matrix(out_dir: Path) -> dict[int, dict[str, Report]]:

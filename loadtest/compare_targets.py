@@ -80,11 +80,12 @@ def lineup(
     peer_tier: str | None = None, peer_cpu_threads: str | None = None,
 ) -> list[CompareTarget]:
     """The five targets of `LINEUP` from the tiered policy and the single pool's (`names` says where each came from);
-    every policy a target serves is written to OUT/NAME-policy.yaml."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+    every policy a target serves is written to OUT/NAME/policy.yaml (and the peer's budgets to
+    OUT/ray-serve-llm/budgets-policy.yaml)."""
 
-    def written(name: str, policy: Policy) -> str:
-        path = out_dir / f"{name}-policy.yaml"
+    def written(name: str, policy: Policy, file: str = "policy.yaml") -> str:
+        path = out_dir / name / file
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(dump_policy(policy))
         return str(path)
 
@@ -101,5 +102,6 @@ def lineup(
         CompareTarget("ray-serve-llm", "ray-serve-llm", written("ray-serve-llm", pool),
                       f"Ray Serve LLM on {pool_name}'s tier, each request the budget of {tiered_name}'s classifier "
                       "and budgets",
-                      tier=peer_tier, cpu_threads=peer_cpu_threads, budgets_policy=written("ray-serve-llm-budgets", tiered)),
+                      tier=peer_tier, cpu_threads=peer_cpu_threads,
+                      budgets_policy=written("ray-serve-llm", tiered, "budgets-policy.yaml")),
     ]

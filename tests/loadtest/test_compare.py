@@ -48,7 +48,8 @@ def test_the_lineup_isolates_budgets_the_split_and_degradation(tmp_path: Path) -
     for name in ("one-pool", "one-pool-budgets", "tiered-no-degradation"):  # degradation off: it waits, budget whole
         loads = {t: SATURATED for t in served[name].tiers}
         decision = decide(served[name], hard, None, loads)
-        assert decision.degraded is None and decision.thinking_tokens == served[name].tiers["reasoning"].budgets["high"].thinking_tokens
+        high = served[name].tiers["reasoning"].budgets["high"]
+        assert decision.degraded is None and decision.thinking_tokens == high.thinking_tokens
     assert decide(served["tiered"], hard, None, {"reasoning": SATURATED}).degraded == "budget:low"
     with pytest.raises(Overloaded):
         decide(served["tiered"], RoutingRequest(prompt="p", reasoning_effort="low"), None,
@@ -126,7 +127,9 @@ def test_summarize_rebuilds_the_report_from_the_raw_requests(tmp_path: Path) -> 
     rows = [json.loads(line) for line in requests.read_text().splitlines()]
     rows[0]["status"] = 500  # a request of seed 1 that failed after all
     requests.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "tiered" / "target.json").write_text(json.dumps({"kind": "thinktier", "policy": "t.yaml", "what": "split"}))
     report = summarize(tmp_path, "one-pool")
+    assert report.targets == ["one-pool", "tiered"] and report.settings["tiered"] == "split (t.yaml)"
     goodput = next(s for s in report.spread if s.metric == "goodput req/s")
     ratios = goodput.ratios["tiered"]
     assert ratios is not None and (ratios.low, ratios.high) == pytest.approx((0.9, 1.0))
