@@ -322,6 +322,10 @@ def _compare(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"loadtest compare: {exc}", file=sys.stderr)
         return 2
+    if result is None:
+        print(f"ran {', '.join(t.name for t in targets)} into {out}; the baseline {args.baseline} has not run there yet: "
+              f"run it into the same --out, or `thinktier loadtest compare --summarize {out} --baseline NAME`")
+        return 0
     print(f"compared {', '.join(result.targets)} (baseline {result.baseline}); see {out / 'compare.md'}")
     return 0
 

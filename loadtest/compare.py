@@ -83,9 +83,10 @@ def compare(
     port: int = 8000,
     metrics_port: int = 8090,
     settings: RunSettings | None = None,
-) -> CompareReport:
-    """Start each target in turn, run every spec against it into OUT/TARGET/seed-S/, stop it; then write
-    compare.json/.md from every target folder in `out_dir` (those of earlier calls included)."""
+) -> CompareReport | None:
+    """Start each target in turn, run every spec against it into OUT/TARGET/seed-S/, stop it; then, once the baseline
+    has run (in this call or an earlier one into the same folder), write compare.json/.md from every target folder
+    there. None while the baseline has not run."""
     names = [t.name for t in targets]
     if len(set(names)) != len(names):
         raise ValueError(f"target names must be unique; got {names}")
@@ -100,4 +101,6 @@ def compare(
             warm_up(endpoint)
             for spec in specs:
                 measure(endpoint, spec, pool, slos, out_dir / target.name / f"{SEED_DIR}{spec.seed}", settings)
+    if not (out_dir / baseline).is_dir():
+        return None
     return summarize(out_dir, baseline)
