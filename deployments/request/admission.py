@@ -4,27 +4,39 @@ more request now (a slot, or 429)."""
 from __future__ import annotations
 
 import hmac
+import math
 import os
+import uuid
+from collections.abc import Callable
 from types import TracebackType
+from typing import Protocol
 
 from thinktier.deployments.request.openai_api import APIError
 from thinktier.policies.schema import ANONYMOUS, Policy
+
+
+class SharedSlots(Protocol):
+    """The service-wide count of each tenant's requests in flight (the load board's TenantLedger)."""
+
+    async def acquire(self, tenant: str, limit: int, slot: str) -> bool: ...
+
+    def release(self, slot: str) -> None: ...
 
 
 class Slot:
     """One request in flight for a tenant; an async context manager that gives the slot back on every exit,
     and `release()` for the paths that end outside one (it gives back at most once)."""
 
-    def __init__(self, counts: dict[str, int], tenant: str) -> None:
-        self._counts = counts
+    def __init__(self, admission: Admission, tenant: str, slot_id: str) -> None:
+        self._admission = admission
         self.tenant = tenant
+        self.id = slot_id
         self._held = True
-        counts[tenant] = counts.get(tenant, 0) + 1
 
     def release(self) -> None:
         if self._held:
             self._held = False
-            self._counts[self.tenant] -= 1
+            self._admission.give_back(self)
 
     async def __aenter__(self) -> Slot:
         return self
@@ -50,10 +62,17 @@ def matches(key: str, env: str | None) -> bool:
 
 
 class Admission:
-    """Tenants by API key and their requests in flight, under the live policy."""
+    """Tenants by API key and their requests in flight, under the live policy. A tenant's `max_concurrent_requests`
+    is counted across every Ingress replica through `shared`; when that count cannot be reached, each replica holds
+    the tenant to its share of the limit (the limit over the Ingress replicas it knows of, rounded up) and
+    `on_shared_failure` is told."""
 
-    def __init__(self) -> None:
+    def __init__(self, shared: SharedSlots | None = None, on_shared_failure: Callable[[Exception], None] | None = None) -> None:
+        self._shared = shared
+        self._on_shared_failure = on_shared_failure
         self._in_flight: dict[str, int] = {}
+        self._asked: dict[str, str] = {}
+        """Slot id to tenant: every slot of a limited tenant this replica holds or has asked for."""
 
     def tenant(self, policy: Policy, authorization: str) -> str:
         """The tenant an `Authorization: Bearer <key>` header names (the scheme in any case); 401 for an unknown key,
@@ -80,10 +99,40 @@ class Admission:
         names = [*policy.tenants, *([ANONYMOUS] if policy.anonymous_allowed else [])]
         return {name: self._in_flight.get(name, 0) for name in dict.fromkeys(names)}
 
-    def slot(self, policy: Policy, tenant: str) -> Slot:
-        """A slot for one more request of `tenant`, or 429 when the tenant has its limit in flight."""
+    def held_slots(self) -> set[str]:
+        """The shared slots this replica holds or has asked for: what it syncs with the shared count."""
+        return set(self._asked)
+
+    async def slot(self, policy: Policy, tenant: str, replicas: int = 1) -> Slot:
+        """A slot for one more request of `tenant`, or 429 when the tenant has its limit in flight across the service
+        (`replicas`: the Ingress replicas this one knows of, itself included, for the fallback share)."""
         limit = policy.tenants[tenant].max_concurrent_requests if tenant in policy.tenants else None
-        if limit is not None and self._in_flight.get(tenant, 0) >= limit:
+        slot_id = uuid.uuid4().hex
+        if limit is not None and not await self._granted(tenant, limit, slot_id, replicas):
             raise APIError(429, f"tenant {tenant!r} has {limit} requests in flight, its limit; retry later",
                            "rate_limit_error", code="tenant_concurrency", headers={"Retry-After": "1"})
-        return Slot(self._in_flight, tenant)
+        self._in_flight[tenant] = self._in_flight.get(tenant, 0) + 1
+        return Slot(self, tenant, slot_id)
+
+    async def _granted(self, tenant: str, limit: int, slot_id: str, replicas: int) -> bool:
+        self._asked[slot_id] = tenant  # before asking: a sync never drops a grant that is on its way back
+        granted = False
+        try:
+            if self._shared is None:
+                granted = self._in_flight.get(tenant, 0) < limit
+                return granted
+            try:
+                granted = await self._shared.acquire(tenant, limit, slot_id)
+            except Exception as exc:  # the shared count is out of reach: this replica's share of the limit
+                if self._on_shared_failure is not None:
+                    self._on_shared_failure(exc)
+                granted = self._in_flight.get(tenant, 0) < math.ceil(limit / max(1, replicas))
+            return granted
+        finally:
+            if not granted:  # refused or cancelled: a grant made meanwhile is dropped at the next sync
+                self._asked.pop(slot_id, None)
+
+    def give_back(self, slot: Slot) -> None:
+        self._in_flight[slot.tenant] -= 1
+        if self._asked.pop(slot.id, None) is not None and self._shared is not None:
+            self._shared.release(slot.id)

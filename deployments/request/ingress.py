@@ -20,6 +20,7 @@ from ray.serve.handle import DeploymentHandle
 from thinktier.deployments.request import openai_api as oa
 from thinktier.deployments.request.admission import Admission, Slot, bearer_key, matches
 from thinktier.deployments.request.decision import HEADER_PREFIX, Decision, RoutingRequest
+from thinktier.deployments.request.load_board import BoardSlots, LoadBoard
 from thinktier.deployments.request.metrics import IngressSnapshot, ServiceMetrics
 from thinktier.deployments.request.routing import Overloaded, TierLoad, decide, failover
 from thinktier.deployments.request.routing_view import BoardCalls, RoutingView, stale_after_s
@@ -34,7 +35,6 @@ from thinktier.policies.watcher import PolicyChange, PolicyWatcher
 
 if TYPE_CHECKING:
     from thinktier.deployments.classifier.classifier import DifficultyClassifier
-    from thinktier.deployments.request.load_board import LoadBoard
     from thinktier.deployments.tier.tier import TierReplica
 
 logger = logging.getLogger("ray.serve")
@@ -180,7 +180,8 @@ class Ingress:
         self._view = RoutingView(stale_after_s(policy))
         self._replica = serve.get_replica_context().replica_id.unique_id
         self._peer_metrics: dict[str, IngressSnapshot] = {}
-        self.admission = Admission()
+        self.admission = Admission(BoardSlots(board, self._replica, lambda: self.policy.server.load_board_timeout_s),
+                                   self._shared_slots_failed)
         self._watcher = PolicyWatcher(policy_path or DEFAULT_POLICY, self._reload, policy=policy)
         self._watcher.start()
         self.metrics = ServiceMetrics(
@@ -193,6 +194,11 @@ class Ingress:
     def _reload(self, policy: Policy, change: PolicyChange) -> None:
         self.policy = policy
 
+    def _shared_slots_failed(self, exc: Exception) -> None:
+        self.metrics.load_board_errors.labels("acquire_slot").inc()
+        logger.warning("the load board did not count a tenant's slot (%s: %s); holding the tenant to this replica's "
+                       "share of its limit", type(exc).__name__, exc)
+
     async def _refresh_loads(self) -> None:
         """Read the board's view and trade metrics every stats interval. A failed call (the board restarting, stuck,
         past its deadline) is counted and logged (BoardCalls); meanwhile routing keeps the last view until it is stale
@@ -200,7 +206,8 @@ class Ingress:
         interval = min(tier.autoscaling.metrics_interval_s for tier in self.policy.tiers.values())
         while True:
             self._board_calls.round({"replica_stats": await self._attempt(self._read_board()),
-                                     "exchange_metrics": await self._attempt(self._exchange_metrics())})
+                                     "exchange_metrics": await self._attempt(self._exchange_metrics()),
+                                     "sync_slots": await self._attempt(self._sync_slots())})
             await asyncio.sleep(interval)
 
     @staticmethod
@@ -222,6 +229,11 @@ class Ingress:
         """This replica's request-level metrics to the board, the other Ingress replicas' back (for /metrics)."""
         exchange = self.board.exchange_ingress_metrics.remote(self._replica, self.metrics.snapshot())
         self._peer_metrics = await asyncio.wait_for(exchange, self.policy.server.load_board_timeout_s)
+
+    async def _sync_slots(self) -> None:
+        """The tenant slots this replica holds or has asked for, to the board's service-wide count."""
+        sync = self.board.sync_slots.remote(self._replica, self.admission.held_slots())
+        await asyncio.wait_for(sync, self.policy.server.load_board_timeout_s)
 
     def _down(self, tier: str | None) -> bool:
         """Whether the load board has seen `tier` and now lists no live replica of it (Serve is replacing them)."""
@@ -300,7 +312,7 @@ class Ingress:
         try:
             tenant = self.admission.tenant(policy, request.headers.get("authorization", ""))
             parsed = oa.parse_request(await self._body(request, policy), kind)
-            slot = self._slot(tenant, policy)
+            slot = await self._slot(tenant, policy)
         except oa.APIError as err:
             return JSONResponse(err.body, status_code=err.status, headers=err.headers)
         streaming = False
@@ -324,10 +336,10 @@ class Ingress:
             if not streaming:  # a started stream gives the slot back when it ends
                 slot.release()
 
-    def _slot(self, tenant: str, policy: Policy) -> Slot:
-        """A slot for the tenant (429 past its limit), counted per tenant either way."""
+    async def _slot(self, tenant: str, policy: Policy) -> Slot:
+        """A slot for the tenant (429 past its limit across the service), counted per tenant either way."""
         try:
-            slot = self.admission.slot(policy, tenant)
+            slot = await self.admission.slot(policy, tenant, replicas=1 + len(self._peer_metrics))
         except oa.APIError:
             self.metrics.tenant_requests.labels(tenant, "throttled").inc()
             raise

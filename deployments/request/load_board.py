@@ -4,16 +4,25 @@ Replicas push their ReplicaStats here every metrics interval; the ingress reads 
 the background to route (saturation, degradation) and at scrape time for /metrics and
 /readyz. Routing itself runs in the ingress (deployments/request/routing.py), so a request makes
 no extra hop for it. Ingress replicas trade their request-level metrics here too
-(deployments/request/metrics.py), so that /metrics counts the whole service whichever replica answers.
+(deployments/request/metrics.py), so that /metrics counts the whole service whichever replica answers, and keep
+every tenant's requests in flight here (deployments/request/tenant_ledger.py), so that a tenant's limit holds for the
+whole service.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from thinktier.deployments.request.metrics import IngressSnapshot
+from thinktier.deployments.request.tenant_ledger import TenantLedger
 from thinktier.deployments.serve_options import ServeOptions, light_options
 from thinktier.deployments.tier.replica_stats import ReplicaStats
+
+if TYPE_CHECKING:
+    from ray.serve.handle import DeploymentHandle
 
 LOAD_BOARD = "LoadBoard"
 """The deployment's name."""
@@ -33,6 +42,7 @@ class LoadBoard:
         self._stale_after_s = stale_after_s
         self._stats: dict[str, dict[str, tuple[float, ReplicaStats]]] = {}
         self._ingress: dict[str, tuple[float, IngressSnapshot]] = {}
+        self._tenants = TenantLedger(stale_after_s)
 
     async def report(self, tier: str, replica: str, stats: ReplicaStats) -> None:
         self._stats.setdefault(tier, {})[replica] = (time.monotonic(), stats)
@@ -58,3 +68,33 @@ class LoadBoard:
             other: kept if now - at <= self._stale_after_s else kept.without_gauges()
             for other, (at, kept) in self._ingress.items() if other != replica
         }
+
+    async def acquire_slot(self, replica: str, tenant: str, limit: int, slot: str) -> bool:
+        """Whether Ingress `replica` may start one more request of `tenant` (under `limit` across the service)."""
+        return self._tenants.acquire(replica, tenant, limit, slot, time.monotonic())
+
+    async def release_slot(self, replica: str, slot: str) -> None:
+        self._tenants.release(replica, slot)
+
+    async def sync_slots(self, replica: str, slots: set[str]) -> None:
+        """Ingress `replica` holds or has asked for exactly `slots`; it is live."""
+        self._tenants.sync(replica, slots, time.monotonic())
+
+
+class BoardSlots:
+    """An Ingress replica's side of the service-wide tenant count (admission.SharedSlots): asks within the load
+    board's timeout; gives back without waiting (the next sync corrects a give-back that was lost)."""
+
+    def __init__(self, board: DeploymentHandle[LoadBoard], replica: str, timeout_s: Callable[[], float]) -> None:
+        self._board = board
+        self._replica = replica
+        self._timeout_s = timeout_s
+
+    async def acquire(self, tenant: str, limit: int, slot: str) -> bool:
+        granted: bool = await asyncio.wait_for(
+            self._board.acquire_slot.remote(self._replica, tenant, limit, slot), self._timeout_s()
+        )
+        return granted
+
+    def release(self, slot: str) -> None:
+        self._board.release_slot.remote(self._replica, slot)

@@ -81,8 +81,9 @@ class ServiceMetrics:
         )
         self.load_board_errors = Counter(
             f"{PREFIX}load_board_errors", "Failed calls of the Ingress to the load board, by call (replica_stats: the "
-            "routing view; exchange_metrics: the other Ingress replicas' metrics). Routing keeps its last view until it "
-            "is stale, then routes without load information.", ["call"], registry=r,
+            "routing view; exchange_metrics: the other Ingress replicas' metrics; sync_slots and acquire_slot: the tenants' "
+            "requests in flight across the service). Routing keeps its last view until it is stale, then routes "
+            "without load information; a tenant limit falls back to this replica's share of it.", ["call"], registry=r,
         )
         self.classifier_failures = Counter(
             f"{PREFIX}classifier_failures", "Requests routed without a difficulty score: the classifier's call failed "

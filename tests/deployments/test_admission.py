@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from thinktier.deployments.request.admission import Admission
+from thinktier.deployments.request.admission import Admission, SharedSlots
+from thinktier.deployments.request.load_board import LoadBoard
 from thinktier.deployments.request.openai_api import APIError, SSEFramer
 from thinktier.deployments.tier.protocol import TierChunk
 from thinktier.policies.loader import parse_policy
@@ -41,14 +42,14 @@ def test_slots_are_given_back_on_every_exit_path() -> None:
     admission = Admission()
 
     async def paths() -> None:
-        async with admission.slot(POLICY, "acme"):
+        async with await admission.slot(POLICY, "acme"):
             pass
         with pytest.raises(ValueError):
-            async with admission.slot(POLICY, "acme"):
+            async with await admission.slot(POLICY, "acme"):
                 raise ValueError("a failing request")
 
         async def cancelled() -> None:
-            async with admission.slot(POLICY, "acme"):
+            async with await admission.slot(POLICY, "acme"):
                 await asyncio.sleep(10)
 
         task = asyncio.ensure_future(cancelled())
@@ -56,16 +57,92 @@ def test_slots_are_given_back_on_every_exit_path() -> None:
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        first, second = admission.slot(POLICY, "acme"), admission.slot(POLICY, "acme")
+        first, second = await admission.slot(POLICY, "acme"), await admission.slot(POLICY, "acme")
         with pytest.raises(APIError) as full:
-            admission.slot(POLICY, "acme")
+            await admission.slot(POLICY, "acme")
         assert full.value.status == 429 and full.value.headers == {"Retry-After": "1"}
         first.release()
         first.release()  # at most once
         second.release()
-        admission.slot(POLICY, "acme").release()
+        (await admission.slot(POLICY, "acme")).release()
 
     asyncio.run(paths())
+
+
+class _Board:
+    """Two Ingress replicas' view of one real LoadBoard (its methods called directly, as Serve would one at a time)."""
+
+    def __init__(self, stale_after_s: float = 60) -> None:
+        self.board = LoadBoard(stale_after_s)
+        self.down = False
+
+    def replica(self, name: str) -> SharedSlots:
+        outer = self
+
+        class Slots:
+            async def acquire(self, tenant: str, limit: int, slot: str) -> bool:
+                if outer.down:
+                    raise TimeoutError("the load board did not answer")
+                return await outer.board.acquire_slot(name, tenant, limit, slot)
+
+            def release(self, slot: str) -> None:
+                asyncio.get_running_loop().create_task(outer.board.release_slot(name, slot))
+
+        return Slots()
+
+
+def test_a_tenant_limit_holds_across_ingress_replicas_and_comes_back_as_slots_end() -> None:
+    shared = _Board()
+    first, second = Admission(shared.replica("a")), Admission(shared.replica("b"))
+
+    async def run() -> None:
+        held = [await first.slot(POLICY, "acme", replicas=2), await second.slot(POLICY, "acme", replicas=2)]
+        for admission in (first, second):  # the limit is 2 for the service, not 2 per replica
+            with pytest.raises(APIError) as full:
+                await admission.slot(POLICY, "acme", replicas=2)
+            assert full.value.status == 429
+        held.pop().release()
+        await asyncio.sleep(0)  # the give-back is sent without waiting
+        held.append(await first.slot(POLICY, "acme", replicas=2))
+        assert first.held_slots() | second.held_slots() == {slot.id for slot in held}
+
+    asyncio.run(run())
+
+
+def test_a_lost_give_back_is_corrected_by_the_next_sync_and_a_dead_replicas_slots_expire() -> None:
+    shared = _Board(stale_after_s=0.05)
+    first = Admission(shared.replica("a"))
+
+    async def run() -> None:
+        kept = await first.slot(POLICY, "acme")
+        await shared.board.acquire_slot("a", "acme", 2, "lost")  # granted, but its answer never reached replica a
+        with pytest.raises(APIError):
+            await first.slot(POLICY, "acme")
+        await shared.board.sync_slots("a", first.held_slots())
+        second = await first.slot(POLICY, "acme")
+        await shared.board.acquire_slot("dead", "acme", 9, "d1")  # an Ingress replica that then died
+        assert not await shared.board.acquire_slot("c", "acme", 3, "c1")
+        await asyncio.sleep(0.1)
+        await shared.board.sync_slots("a", first.held_slots())
+        assert first.held_slots() == {kept.id, second.id}
+        assert await shared.board.acquire_slot("c", "acme", 3, "c1")  # a's two live slots count; the dead one's not
+
+    asyncio.run(run())
+
+
+def test_without_the_board_each_replica_holds_the_tenant_to_its_share_of_the_limit() -> None:
+    shared = _Board()
+    failures: list[Exception] = []
+    admission = Admission(shared.replica("a"), failures.append)
+    shared.down = True
+
+    async def run() -> None:
+        await admission.slot(POLICY, "acme", replicas=2)  # limit 2 over 2 replicas: one each
+        with pytest.raises(APIError):
+            await admission.slot(POLICY, "acme", replicas=2)
+
+    asyncio.run(run())
+    assert len(failures) == 2 and isinstance(failures[0], TimeoutError)
 
 
 def test_a_coalesced_chunk_is_one_event_and_usage_follows_the_last() -> None:

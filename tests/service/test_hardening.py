@@ -157,9 +157,9 @@ def test_anonymous_is_a_tenant_with_its_own_limits(monkeypatch: pytest.MonkeyPat
     )
     admission = Admission()
     assert admission.tenant(policy, "") == "anonymous"
-    held = admission.slot(policy, "anonymous")
+    held = asyncio.run(admission.slot(policy, "anonymous"))
     with pytest.raises(APIError) as full:
-        admission.slot(policy, "anonymous")
+        asyncio.run(admission.slot(policy, "anonymous"))
     assert full.value.status == 429 and admission.in_flight(policy) == {"acme": 0, "anonymous": 1}
     held.release()
     clipped = decide(policy, RoutingRequest(prompt="p", reasoning_effort="high", tenant="anonymous"), None, {})
