@@ -20,7 +20,7 @@ from ray.serve.handle import DeploymentHandle
 from thinktier.deployments.request import openai_api as oa
 from thinktier.deployments.request.admission import Admission, Slot, bearer_key, matches
 from thinktier.deployments.request.decision import HEADER_PREFIX, Decision, RoutingRequest
-from thinktier.deployments.request.load_board import BoardSlots, LoadBoard
+from thinktier.deployments.request.load_board import DEPARTED, BoardSlots, LoadBoard
 from thinktier.deployments.request.metrics import IngressSnapshot, ServiceMetrics
 from thinktier.deployments.request.routing import Overloaded, TierLoad, decide, failover
 from thinktier.deployments.request.routing_view import BoardCalls, RoutingView, stale_after_s
@@ -236,8 +236,17 @@ class Ingress:
         await asyncio.wait_for(sync, self.policy.server.load_board_timeout_s)
 
     def _down(self, tier: str | None) -> bool:
-        """Whether the load board has seen `tier` and now lists no live replica of it (Serve is replacing them)."""
-        return self._view.down(tier, time.monotonic())
+        """Whether the load board has seen `tier` and now lists no live replica of it (Serve is replacing them). A
+        tier that may scale to zero is never down: a request there waits for a replica (`_cold`)."""
+        return self._view.down(tier, time.monotonic()) and not self._may_scale_to_zero(tier)
+
+    def _may_scale_to_zero(self, tier: str | None) -> bool:
+        return tier in self.policy.tiers and self.policy.tiers[tier].replicas.min == 0
+
+    def _cold(self, tier: str) -> bool:
+        """Whether a request to `tier` waits for Serve to start its first replica: the tier may scale to zero and the
+        board's (fresh) view lists no live replica of it."""
+        return self._may_scale_to_zero(tier) and self._view.fresh(time.monotonic()) and not self._view.stats.get(tier)
 
     def _loads(self) -> dict[str, TierLoad]:
         return self._view.loads(time.monotonic())
@@ -339,7 +348,8 @@ class Ingress:
     async def _slot(self, tenant: str, policy: Policy) -> Slot:
         """A slot for the tenant (429 past its limit across the service), counted per tenant either way."""
         try:
-            slot = await self.admission.slot(policy, tenant, replicas=1 + len(self._peer_metrics))
+            replicas = 1 + len(self._peer_metrics.keys() - {DEPARTED})
+            slot = await self.admission.slot(policy, tenant, replicas)
         except oa.APIError:
             self.metrics.tenant_requests.labels(tenant, "throttled").inc()
             raise
@@ -398,7 +408,8 @@ class Ingress:
         )
         tracker = _Request(self.metrics, decision)
         model = policy.served_name(decision.tier)
-        deadline = Deadline.of(policy.server)
+        cold = self._cold(decision.tier)
+        deadline = Deadline.of(policy.server, cold_start=cold)
         dispatched = time.monotonic()
         try:
             first, stream = await call_tier(self.tiers[decision.tier], decision.tier, tier_request, parsed.stream, deadline)
@@ -409,6 +420,8 @@ class Ingress:
             self.metrics.requests.labels(decision.tier, "error").inc()
             raise
         headers = decision.headers() | {HEADER_PREFIX + "replica": first.replica or ""}
+        if cold:
+            headers[HEADER_PREFIX + "cold-start-s"] = f"{time.monotonic() - dispatched:.1f}"
         if stream is None:  # not streamed: `first` is the whole completion
             tracker.finished_whole(first, dispatched)
             make = oa.chat_completion if chat else oa.text_completion
@@ -440,14 +453,14 @@ class Ingress:
 
     @app.get("/readyz")
     async def readyz(self) -> JSONResponse:
-        """Ready while every tier has a live replica: one whose engine reports (a dead engine's replica leaves the
-        board at once, deployments/tier/tier.py)."""
+        """Ready while every tier has a live replica, one whose engine reports (a dead engine's replica leaves the
+        board at once, deployments/tier/tier.py), or may scale to zero (a request there waits for one)."""
         try:
             stats = await self._read_board()
         except Exception:  # past its deadline, or restarting: readiness unknown is not ready
             return JSONResponse({"ready": False, "error": "the load board did not answer"}, status_code=503)
         tiers = {tier: len(stats.get(tier, {})) for tier in self.policy.tiers}
-        ready = all(tiers.values())
+        ready = all(count or self._may_scale_to_zero(tier) for tier, count in tiers.items())
         return JSONResponse({"ready": ready, "replicas": tiers}, status_code=200 if ready else 503)
 
     @app.get("/metrics")

@@ -26,6 +26,11 @@ if TYPE_CHECKING:
 
 LOAD_BOARD = "LoadBoard"
 """The deployment's name."""
+DEPARTED = "departed"
+"""The peer name under which the board returns the counters of Ingress replicas gone for good."""
+DEPARTED_AFTER_S = 60.0
+"""An Ingress replica silent this long (at least; ten stale periods where that is longer) is gone for good: Serve has
+replaced it long before. One that came back after it would have its counters counted twice."""
 
 
 class LoadBoard:
@@ -38,11 +43,13 @@ class LoadBoard:
         """One light replica (it keeps a dictionary) that every tier replica and Ingress replica calls."""
         return light_options(LOAD_BOARD, max_ongoing_requests=1024)
 
-    def __init__(self, stale_after_s: float) -> None:
+    def __init__(self, stale_after_s: float, departed_after_s: float | None = None) -> None:
         self._stale_after_s = stale_after_s
         self._stats: dict[str, dict[str, tuple[float, ReplicaStats]]] = {}
         self._ingress: dict[str, tuple[float, IngressSnapshot]] = {}
         self._tenants = TenantLedger(stale_after_s)
+        self._departed = IngressSnapshot()
+        self._departed_after_s = departed_after_s or max(DEPARTED_AFTER_S, 10 * stale_after_s)
 
     async def report(self, tier: str, replica: str, stats: ReplicaStats) -> None:
         self._stats.setdefault(tier, {})[replica] = (time.monotonic(), stats)
@@ -59,15 +66,20 @@ class LoadBoard:
         return {tier: {r: s for r, (_, s) in replicas.items()} for tier, replicas in self._stats.items()}
 
     async def exchange_ingress_metrics(self, replica: str, snapshot: IngressSnapshot) -> dict[str, IngressSnapshot]:
-        """Keep one Ingress replica's latest request-level metrics; return the other replicas'. A replica that stopped
-        reporting keeps its counters (they stay part of the service's totals, which must not go down) but not its
-        gauges (its requests in flight are gone)."""
+        """Keep one Ingress replica's latest request-level metrics (by sequence number: calls may arrive out of order);
+        return the other replicas'. A replica that stopped reporting keeps its counters (they stay part of the
+        service's totals, which must not go down) but not its gauges (its requests in flight are gone); once it has
+        been silent for `departed_after_s`, its counters join the departed total (`DEPARTED`) and its entry goes."""
         now = time.monotonic()
-        self._ingress[replica] = (now, snapshot)
-        return {
+        kept = self._ingress.get(replica)
+        self._ingress[replica] = (now, snapshot if kept is None or snapshot.seq >= kept[1].seq else kept[1])
+        for gone in [r for r, (at, _) in self._ingress.items() if now - at > self._departed_after_s]:
+            self._departed = self._departed.plus(self._ingress.pop(gone)[1])
+        peers = {
             other: kept if now - at <= self._stale_after_s else kept.without_gauges()
             for other, (at, kept) in self._ingress.items() if other != replica
         }
+        return peers | ({DEPARTED: self._departed} if self._departed.counters else {})
 
     async def acquire_slot(self, replica: str, tenant: str, limit: int, slot: str) -> bool:
         """Whether Ingress `replica` may start one more request of `tenant` (under `limit` across the service)."""

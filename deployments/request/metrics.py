@@ -8,13 +8,19 @@ With several Ingress replicas each observes only its own requests, and a scrape 
 of them. So each replica pushes a snapshot of its own request-level samples to the LoadBoard
 (`IngressSnapshot`), and /metrics serves its own live figures merged with the other replicas'
 latest snapshots: the whole service's counts, whichever replica answers.
+
+Counters never go down for a scraper, whichever replica answers: a scrape first sends the answering replica's live
+snapshot to the board and takes the others' from it (so a later scrape, at any replica, sees at least these); the board
+keeps each replica's latest snapshot by its sequence number, and folds the counters of a replica gone for good into
+one departed total instead of dropping them. While the board cannot be reached a scrape serves the last snapshots it
+has, which may be older than another replica's (counted in thinktier_load_board_errors_total{call="exchange_metrics"}).
 """
 
 from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, Metric
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -47,9 +53,24 @@ class IngressSnapshot:
 
     counters: Samples = field(default_factory=dict)
     gauges: Samples = field(default_factory=dict)
+    seq: int = 0
+    """Taken in order by its replica: the load board keeps a replica's latest, whatever order its calls arrive in."""
 
     def without_gauges(self) -> IngressSnapshot:
-        return IngressSnapshot(self.counters)
+        return IngressSnapshot(self.counters, seq=self.seq)
+
+    def plus(self, other: IngressSnapshot) -> IngressSnapshot:
+        """Counters of both, added up (policy reloads: the larger); no gauges."""
+        return IngressSnapshot(merge_samples(self.counters, other.counters))
+
+
+def merge_samples(a: Samples, b: Samples) -> Samples:
+    """Two replicas' samples as one: added up, except policy reloads (every replica counts the same file's reloads)."""
+    merged = dict(a)
+    for key, value in b.items():
+        known = merged.get(key)
+        merged[key] = value if known is None else (max if key[0] == RELOADS else operator.add)(known, value)
+    return merged
 
 
 class ServiceMetrics:
@@ -142,6 +163,7 @@ class ServiceMetrics:
         )
         r.register(_ReloadCollector(policy_reloads))
         r.register(_TenantCollector(tenants_in_flight))
+        self._snapshots = 0
         self.registry = CollectorRegistry()
         """What /metrics serves: every Ingress replica's request-level metrics merged, and the engines' figures."""
         self.registry.register(_MergedCollector(self.own, peers))
@@ -160,8 +182,9 @@ class ServiceMetrics:
             self.tokens_saved.labels(tier, economy.early_stop).inc(economy.tokens_saved)
 
     def snapshot(self) -> IngressSnapshot:
-        """This replica's own request-level samples, for the LoadBoard."""
-        return snapshot(self.own)
+        """This replica's own request-level samples, for the LoadBoard, numbered in order."""
+        self._snapshots += 1
+        return replace(snapshot(self.own), seq=self._snapshots)
 
 
 def snapshot(registry: CollectorRegistry) -> IngressSnapshot:
@@ -183,13 +206,12 @@ class _MergedCollector(Collector):
         self._peers = peers
 
     def collect(self) -> Iterator[Metric]:
-        merged: dict[str, dict[tuple[str, tuple[tuple[str, str], ...]], float]] = {}
+        total: Samples = {}
         for one in (snapshot(self._own), *self._peers().values()):
-            for (family, sample, labels), value in (one.counters | one.gauges).items():
-                samples = merged.setdefault(family, {})
-                known = samples.get((sample, labels))
-                combine = max if family == RELOADS else operator.add
-                samples[(sample, labels)] = value if known is None else combine(known, value)
+            total = merge_samples(total, one.counters | one.gauges)
+        merged: dict[str, dict[tuple[str, tuple[tuple[str, str], ...]], float]] = {}
+        for (family, sample, labels), value in total.items():
+            merged.setdefault(family, {})[(sample, labels)] = value
         for own in self._own.collect():
             metric = Metric(own.name, own.documentation, own.type)
             for (sample, labels), value in merged.get(own.name, {}).items():

@@ -45,10 +45,13 @@ class Deadline:
 
     idle_s: float
     end: float
+    cold_start_s: float | None = None
+    """For the first chunk instead of `idle_s`: the tier has no live replica and Serve is starting one."""
 
     @classmethod
-    def of(cls, server: Server) -> Deadline:
-        return cls(server.tier_idle_timeout_s, time.monotonic() + server.tier_timeout_s)
+    def of(cls, server: Server, cold_start: bool = False) -> Deadline:
+        return cls(server.tier_idle_timeout_s, time.monotonic() + server.tier_timeout_s,
+                   server.cold_start_timeout_s if cold_start else None)
 
     def total_s(self) -> float:
         return max(0.0, self.end - time.monotonic())
@@ -56,9 +59,14 @@ class Deadline:
     def chunk_s(self) -> float:
         return min(self.idle_s, self.total_s())
 
+    def first_chunk_s(self) -> float:
+        return min(self.cold_start_s, self.total_s()) if self.cold_start_s is not None else self.chunk_s()
+
     def message(self) -> str:
-        return (f"the tier did not answer in time (policy: server.tier_idle_timeout_s, {self.idle_s:g} s for a chunk; "
-                "server.tier_timeout_s in all); the request was aborted")
+        first = "" if self.cold_start_s is None else (
+            f"server.cold_start_timeout_s, {self.cold_start_s:g} s for a replica to start; ")
+        return (f"the tier did not answer in time (policy: {first}server.tier_idle_timeout_s, {self.idle_s:g} s for a "
+                "chunk; server.tier_timeout_s in all); the request was aborted")
 
 
 async def _bounded(awaitable: Awaitable[T], timeout_s: float, cancel: Callable[[], object]) -> T:
@@ -78,7 +86,7 @@ async def call_once(
     # Serve's `remote()` is typed as either response; `stream=True` and the method decide which one it is.
     if streaming:
         stream = cast(TierStream, handle.options(stream=True).generate.remote(request))
-        return await _bounded(stream.__anext__(), deadline.chunk_s(), stream.cancel), stream
+        return await _bounded(stream.__anext__(), deadline.first_chunk_s(), stream.cancel), stream
     response = cast(DeploymentResponse[TierChunk], handle.generate_all.remote(request))
     return await _bounded(response, deadline.total_s(), response.cancel), None
 

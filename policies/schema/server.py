@@ -64,6 +64,12 @@ class Server(StrictModel):
         60, gt=0, description="Longest wait for a tier's first chunk and between two chunks of a stream; a stuck "
         "engine ends the request with a 504 (or an SSE error event) instead of holding its slot."
     )
+    cold_start_timeout_s: float = Field(
+        300, gt=0, description="Longest wait for the first chunk of a tier that may scale to zero (replicas.min: 0) "
+        "while it has no live replica: the request waits for Serve to start one (x-thinktier-cold-start-s gives the "
+        "wait) instead of failing over to the chat tier, which would leave the tier with no request to wake it. Set it "
+        "above the tier's start-up time (engine load and warm-up)."
+    )
     drain_timeout_s: float = Field(
         30,
         ge=0,

@@ -167,6 +167,16 @@ def test_idle_tier_scales_to_zero_when_min_is_zero():
     assert changes(history) == [(30, 0)]
 
 
+def test_a_tier_at_zero_wakes_for_a_request_queued_at_a_handle():
+    """Serve counts the requests its handles hold for a deployment with no replica among the tier's ongoing ones."""
+    queued = TierSample(reports=(), ongoing_requests=1, target_replicas=0, running_replicas=0)
+    replicas = Replicas(min=0, max=2)
+    decision, state = decide_replicas(ScalerState(), queued, TARGETS, replicas, now=0)
+    assert decision == 0 and state.up_since == 0
+    decision, state = decide_replicas(state, queued, TARGETS, replicas, now=TARGETS.upscale_delay_s)
+    assert decision == 1 and state.reason.startswith("up 0->1")
+
+
 def test_a_tick_that_breaks_the_condition_restarts_the_delay():
     busy = sample_of(Load(kv=1.0, ongoing=2), running=1, target=1)
     calm = sample_of(Load(kv=0.5, ongoing=2), running=1, target=1)

@@ -15,7 +15,7 @@ import pytest
 from prometheus_client import generate_latest
 
 from thinktier.deployments.request import openai_api as oa
-from thinktier.deployments.request.admission import Slot
+from thinktier.deployments.request.admission import Admission
 from thinktier.deployments.request.decision import Decision, DifficultyScore
 from thinktier.deployments.request.ingress import _Request, sse_body
 from thinktier.deployments.request.metrics import ServiceMetrics
@@ -127,11 +127,12 @@ def test_a_stream_the_client_leaves_is_counted_as_abandoned_and_its_tier_call_ca
     metrics = ServiceMetrics(dict, dict)
     decision = Decision(tier="reasoning", effort="high", difficulty="hard", thinking_tokens=100, answer_tokens=10,
                         samples=1, consensus=1, certainty_agree=None, priority=2, reason="test")
-    stream, counts = Stream(), {}
+    stream, admission = Stream(), Admission()
 
     async def client_leaves_after_two_events() -> None:
+        slot = await admission.slot(load_policy(), "anonymous")
         body = sse_body(oa.SSEFramer(True, "chatcmpl-1", "m", False), TierChunk(reasoning="Let me see. "), stream,  # type: ignore[arg-type]
-                        _Request(metrics, decision), Slot(counts, "acme"), Deadline(60, time.monotonic() + 600))
+                        _Request(metrics, decision), slot, Deadline(60, time.monotonic() + 600))
         await body.__anext__()
         await body.__anext__()
         await body.aclose()  # what Starlette does when the client disconnects
@@ -140,7 +141,8 @@ def test_a_stream_the_client_leaves_is_counted_as_abandoned_and_its_tier_call_ca
     text = generate_latest(metrics.registry).decode()
     assert 'thinktier_requests_total{outcome="abandoned",tier="reasoning"} 1.0' in text
     assert 'outcome="error"' not in text and 'outcome="ok"' not in text
-    assert stream.cancelled and counts == {"acme": 0}  # the engine request is aborted and the tenant's slot given back
+    # the engine request is aborted and the tenant's slot given back
+    assert stream.cancelled and admission.in_flight(load_policy()) == {"anonymous": 0}
 
 
 # ---- the routing view and the load board's calls -------------------------------------------------------------------

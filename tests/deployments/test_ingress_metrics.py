@@ -4,6 +4,8 @@ request-level metrics through the LoadBoard and serves them merged with the othe
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from pathlib import Path
 
 import httpx
@@ -12,7 +14,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.live import eventually, scraped, synthetic_app
-from thinktier.deployments.request.load_board import LoadBoard
+from thinktier.deployments.request.load_board import DEPARTED, LoadBoard
 from thinktier.deployments.request.metrics import ServiceMetrics
 
 
@@ -65,6 +67,32 @@ def test_a_silent_ingress_replica_keeps_its_counts_but_not_its_requests_in_fligh
     assert _series(live, "thinktier_tenant_requests_in_flight") == {(("tenant", "acme"),): 0}
 
 
+def test_an_older_snapshot_arriving_late_never_lowers_the_total() -> None:
+    board = LoadBoard(stale_after_s=60)
+    a = ServiceMetrics(dict, dict)
+    a.requests.labels("chat", "ok").inc()
+    older = a.snapshot()
+    a.requests.labels("chat", "ok").inc()
+    asyncio.run(board.exchange_ingress_metrics("a", a.snapshot()))  # the scrape's exchange, sent second, arrives first
+    asyncio.run(board.exchange_ingress_metrics("a", older))  # the background round's, sent first, arrives last
+    b = ServiceMetrics(dict, dict, peers=lambda: peers)
+    peers = asyncio.run(board.exchange_ingress_metrics("b", b.snapshot()))
+    assert _series(b, "thinktier_requests_total") == {(("outcome", "ok"), ("tier", "chat")): 2}
+
+
+def test_a_departed_replicas_counts_stay_in_the_totals_after_its_entry_goes() -> None:
+    board = LoadBoard(stale_after_s=0.01, departed_after_s=0.02)
+    for name, count in (("gone-1", 1), ("gone-2", 2)):
+        gone = ServiceMetrics(dict, dict)
+        gone.requests.labels("chat", "ok").inc(count)
+        asyncio.run(board.exchange_ingress_metrics(name, gone.snapshot()))
+    time.sleep(0.05)
+    live = ServiceMetrics(dict, dict, peers=lambda: peers)
+    peers = asyncio.run(board.exchange_ingress_metrics("live", live.snapshot()))
+    assert set(peers) == {DEPARTED}  # two entries folded into one
+    assert _series(live, "thinktier_requests_total") == {(("outcome", "ok"), ("tier", "chat")): 3}
+
+
 @pytest.mark.integration
 def test_every_scrape_through_the_proxy_counts_the_requests_of_both_ingress_replicas(serve_port: int, tmp_path: Path) -> None:
     requests = 24
@@ -81,3 +109,45 @@ def test_every_scrape_through_the_proxy_counts_the_requests_of_both_ingress_repl
 
         eventually(lambda: counted() == requests, f"no scrape counted all {requests} requests", 20)
         assert [counted() for _ in range(8)] == [requests] * 8  # whichever replica answers
+
+
+@pytest.mark.integration
+def test_two_ingress_replicas_hold_a_tenant_to_its_limit_and_their_counters_never_go_down(
+    serve_port: int, tmp_path: Path
+) -> None:
+    edits = {"server": {"ingress_replicas": {"min": 2, "max": 2}}, "routing": {"classifier": {"enabled": False}},
+             "tenants": {"anonymous": {"max_concurrent_requests": 2}}}
+    with synthetic_app(serve_port, tmp_path, "two-ingress-limits", edits, tokens_per_s=20) as url:
+        body = {"model": "tiny-chat", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 40, "stream": True}
+
+        async def streams() -> list[int]:
+            async with httpx.AsyncClient(timeout=60) as client:  # one connection each: the proxy spreads them
+                async def one() -> int:
+                    async with client.stream("POST", f"{url}/v1/chat/completions", json=body,
+                                             headers={"Connection": "close"}) as response:
+                        await response.aread()
+                        return response.status_code
+                return list(await asyncio.gather(*(one() for _ in range(8))))
+
+        statuses = asyncio.run(streams())  # 40 tokens at 20/s: all eight are in flight together
+        assert sorted(statuses) == [200, 200] + [429] * 6
+        eventually(lambda: scraped(url, "thinktier_tenant_requests_total", tenant="anonymous") == 8, "throttled not counted")
+
+        counts: list[float] = []
+        done = threading.Event()
+
+        def traffic() -> None:
+            short = {**body, "max_tokens": 2, "stream": False}
+            with httpx.Client(timeout=60) as client:
+                while not done.is_set():
+                    client.post(f"{url}/v1/chat/completions", json=short, headers={"Connection": "close"})
+
+        sender = threading.Thread(target=traffic)
+        sender.start()
+        try:
+            for _ in range(40):
+                counts.append(scraped(url, "thinktier_requests_total"))
+        finally:
+            done.set()
+            sender.join()
+        assert counts == sorted(counts) and counts[-1] > counts[0], counts

@@ -7,11 +7,16 @@ import asyncio
 import json
 import time
 
+import pytest
+
 from thinktier.deployments.request import openai_api as oa
-from thinktier.deployments.request.admission import Slot
+from thinktier.deployments.request.admission import Admission
 from thinktier.deployments.request.ingress import sse_body
 from thinktier.deployments.request.tier_call import Deadline
 from thinktier.deployments.tier.protocol import TierChunk
+from thinktier.policies.loader import load_policy
+
+POLICY = load_policy()
 
 
 class TierStream:
@@ -48,16 +53,17 @@ class Tracker:
 def events(
     rest: list[TierChunk | Exception], idle_s: float = 60, total_s: float = 600
 ) -> tuple[list[str], TierStream, Tracker, dict[str, int]]:
-    counts: dict[str, int] = {}
+    admission = Admission()
     stream, tracker = TierStream(rest), Tracker()
     framer = oa.SSEFramer(chat=True, request_id="chatcmpl-1", model="m", include_usage=False)
 
     async def collect() -> list[str]:
         deadline = Deadline(idle_s, time.monotonic() + total_s)
-        body = sse_body(framer, TierChunk(reasoning="Let me think"), stream, tracker, Slot(counts, "acme"), deadline)  # type: ignore[arg-type]
+        slot = await admission.slot(POLICY, "anonymous")
+        body = sse_body(framer, TierChunk(reasoning="Let me think"), stream, tracker, slot, deadline)  # type: ignore[arg-type]
         return [event async for event in body]
 
-    return asyncio.run(collect()), stream, tracker, counts
+    return asyncio.run(collect()), stream, tracker, admission.in_flight(POLICY)
 
 
 def test_a_tier_failure_mid_stream_ends_with_an_error_event_and_done() -> None:
@@ -65,7 +71,7 @@ def test_a_tier_failure_mid_stream_ends_with_an_error_event_and_done() -> None:
     assert sent[-1] == oa.SSE_DONE
     error = json.loads(sent[-2].removeprefix("data: "))["error"]
     assert (error["type"], error["code"]) == ("server_error", "stream_failed")
-    assert stream.cancelled and tracker.outcome == "error" and counts == {"acme": 0}
+    assert stream.cancelled and tracker.outcome == "error" and counts == {"anonymous": 0}
 
 
 def test_a_tier_stream_that_stops_without_a_finish_reason_is_a_failure_too() -> None:
@@ -76,7 +82,7 @@ def test_a_tier_stream_that_stops_without_a_finish_reason_is_a_failure_too() -> 
 def test_a_stream_that_finishes_ends_with_done_alone() -> None:
     sent, stream, tracker, counts = events([TierChunk(content="42", finish_reason="stop", answer_tokens=1)])
     assert sent[-1] == oa.SSE_DONE and not any("error" in e for e in sent)
-    assert not stream.cancelled and tracker.outcome == "ok" and counts == {"acme": 0}
+    assert not stream.cancelled and tracker.outcome == "ok" and counts == {"anonymous": 0}
 
 
 def test_a_stuck_tier_ends_the_stream_at_its_idle_deadline_with_a_timeout_event() -> None:
@@ -86,7 +92,7 @@ def test_a_stuck_tier_ends_the_stream_at_its_idle_deadline_with_a_timeout_event(
     assert sent[-1] == oa.SSE_DONE
     error = json.loads(sent[-2].removeprefix("data: "))["error"]
     assert error["code"] == "timeout" and "server.tier_idle_timeout_s" in error["message"]
-    assert stream.cancelled and tracker.outcome == "error" and counts == {"acme": 0}
+    assert stream.cancelled and tracker.outcome == "error" and counts == {"anonymous": 0}
 
 
 def test_a_stream_ends_at_its_total_deadline_even_while_chunks_keep_coming() -> None:
@@ -95,15 +101,24 @@ def test_a_stream_ends_at_its_total_deadline_even_while_chunks_keep_coming() -> 
             await asyncio.sleep(0.05)
             return TierChunk(content="more ")
 
-    counts: dict[str, int] = {}
+    admission = Admission()
     stream, tracker = Endless([]), Tracker()
     framer = oa.SSEFramer(chat=True, request_id="chatcmpl-2", model="m", include_usage=False)
 
     async def collect() -> list[str]:
         deadline = Deadline(idle_s=10, end=time.monotonic() + 0.5)
-        body = sse_body(framer, TierChunk(content="go "), stream, tracker, Slot(counts, "acme"), deadline)  # type: ignore[arg-type]
+        slot = await admission.slot(POLICY, "anonymous")
+        body = sse_body(framer, TierChunk(content="go "), stream, tracker, slot, deadline)  # type: ignore[arg-type]
         return [event async for event in body]
 
     sent = asyncio.run(collect())
     assert '"code": "timeout"' in sent[-2] and sent[-1] == oa.SSE_DONE
-    assert stream.cancelled and counts == {"acme": 0}
+    assert stream.cancelled and admission.in_flight(POLICY) == {"anonymous": 0}
+
+
+def test_a_tier_starting_its_first_replica_gets_the_cold_start_wait_for_its_first_chunk_only() -> None:
+    server = POLICY.server.model_copy(update={"tier_idle_timeout_s": 5, "cold_start_timeout_s": 200})
+    warm, cold = Deadline.of(server), Deadline.of(server, cold_start=True)
+    assert warm.first_chunk_s() == pytest.approx(5, abs=0.1)
+    assert cold.first_chunk_s() == pytest.approx(200, abs=0.1) and cold.chunk_s() == pytest.approx(5, abs=0.1)
+    assert "server.cold_start_timeout_s, 200 s" in cold.message() and "cold_start" not in warm.message()
