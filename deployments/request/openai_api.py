@@ -319,6 +319,9 @@ def text_completion(request_id: str, model: str, whole: TierChunk) -> dict[str, 
 
 
 SSE_DONE = "data: [DONE]\n\n"
+SSE_KEEP_ALIVE = ": keep-alive\n\n"
+"""An SSE comment, which clients skip: what a stream sends for a chunk with nothing in it (a vote whose streamed
+sample has ended while the others still think), so that no proxy or client takes the stream for dead."""
 
 
 def sse_error(message: str, request_id: str, code: str = "stream_failed") -> str:
@@ -358,7 +361,10 @@ class SSEFramer:
         return self._event([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None, "logprobs": None}])
 
     def events(self, chunk: TierChunk) -> str:
-        """The events of one chunk: its text (if any, or its end), then usage after the last one."""
+        """The events of one chunk: its text (if any, or its end), then usage after the last one; a keep-alive comment
+        for a chunk with neither."""
+        if not (chunk.reasoning or chunk.content or chunk.finish_reason):
+            return SSE_KEEP_ALIVE
         out = ""
         if self.chat:
             delta: dict[str, Any] = {}

@@ -24,6 +24,9 @@ from thinktier.deployments.tier.answers import Ballot, extract_answer, is_numeri
 from thinktier.deployments.tier.protocol import Economy, TierChunk, TierRequest
 
 logger = logging.getLogger("ray.serve")
+HEARTBEAT_S = 5.0
+"""A streamed vote whose progress sample has ended sends an empty chunk this often while the other samples decode:
+well within any sensible `server.tier_idle_timeout_s`, which would otherwise cut the vote off."""
 DecodeOne = Callable[[TierRequest], AsyncIterator[TierChunk]]
 Embed = Callable[[list[str]], Awaitable[Sequence[Sequence[float]]]]
 
@@ -102,11 +105,13 @@ class Vote:
             await self._queue.put((sample.index, exc))
 
     async def stream(self) -> AsyncIterator[TierChunk]:
-        """Progress chunks (sample 0's reasoning, when the request streams), then the last chunk: the chosen sample's
-        answer, every sample's tokens and the votes."""
+        """Progress chunks (sample 0's reasoning, when the request streams; once it has ended, an empty chunk every
+        `HEARTBEAT_S` while the other samples decode, so the stream never looks stuck), then the last chunk: the chosen
+        sample's answer, every sample's tokens and the votes."""
         for sample in self.samples:
             sample.task = asyncio.create_task(self._run(sample))
         decided = False
+        last_sent = time.monotonic()
         try:
             while not decided and not all(s.finished for s in self.samples):
                 index, item = await self._queue.get()
@@ -114,8 +119,12 @@ class Vote:
                     raise item
                 sample = self.samples[index]
                 sample.chunks.append(item)
-                if index == 0 and self.request.progress and item.reasoning:
+                if self.request.progress and index == 0 and item.reasoning:
                     yield TierChunk(reasoning=item.reasoning)
+                    last_sent = time.monotonic()
+                elif self.request.progress and time.monotonic() - last_sent >= HEARTBEAT_S:
+                    yield TierChunk()
+                    last_sent = time.monotonic()
                 if sample.finished:
                     decided = await self._count(sample)
         finally:

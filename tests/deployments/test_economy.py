@@ -12,6 +12,7 @@ import pytest
 from thinktier.deployments.request import openai_api as oa
 from thinktier.deployments.request.decision import RoutingRequest
 from thinktier.deployments.request.routing import budget_decision
+from thinktier.deployments.tier import self_consistency
 from thinktier.deployments.tier.certainty import CertaintyTracker, probe_answer
 from thinktier.deployments.tier.prompts import normalize_messages
 from thinktier.deployments.tier.protocol import Economy, TierChunk, TierRequest, collect
@@ -93,6 +94,17 @@ def test_a_streamed_vote_shows_one_samples_reasoning_as_progress_then_the_answer
     assert all(not c.content for c in progress) and last.reasoning == "" and last.content == "The answer is 5."
     _, whole = vote(FakeSamples(["5", "5"], steps=[3, 3]), request(samples=2, consensus=2, progress=False))
     assert whole.reasoning == "[0:0][0:1][0:2]"  # not streamed: the chosen sample's own reasoning
+
+
+def test_a_streamed_vote_keeps_its_stream_alive_while_the_other_samples_think(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(self_consistency, "HEARTBEAT_S", 0.05)
+    fake = FakeSamples(["5", "5"], steps=[2, 40])  # sample 1 thinks for 0.4 s after sample 0's reasoning has ended
+    progress, last = vote(fake, request(samples=2, consensus=2, progress=True))
+    keep_alive = [c for c in progress if not c.reasoning]
+    assert [c.reasoning for c in progress if c.reasoning] == ["[0:0]", "[0:1]"] and 3 <= len(keep_alive) < 20
+    assert last.content == "The answer is 5."
+    framer = oa.SSEFramer(chat=True, request_id="chatcmpl-1", model="m", include_usage=False)
+    assert framer.events(keep_alive[0]) == oa.SSE_KEEP_ALIVE == ": keep-alive\n\n"  # a comment: clients skip it
 
 
 def test_a_failing_sample_fails_the_vote_and_stops_the_others() -> None:

@@ -7,7 +7,6 @@ replica at all: the state a tier is in once it has scaled to zero.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
