@@ -63,7 +63,7 @@ def _apply(args: argparse.Namespace) -> int:
     from kubernetes.client.exceptions import ApiException
     from kubernetes.config import ConfigException
 
-    from thinktier.cluster.kube import apply_policy, core_api
+    from thinktier.cluster.kube import NeedsHelmUpgrade, apply_policy, core_api
 
     target = f"configmap {args.namespace}/{args.configmap} key {args.key}"
     try:
@@ -74,6 +74,9 @@ def _apply(args: argparse.Namespace) -> int:
             print(problem)
         print(f"{args.file}: not applied: {_count(len(exc.problems), 'problem')}", file=sys.stderr)
         return 1
+    except NeedsHelmUpgrade as exc:
+        print(f"{args.file}: {exc}", file=sys.stderr)
+        return 2
     except ConfigException as exc:
         print(f"no Kubernetes credentials: {exc}; pass --context or run inside the cluster", file=sys.stderr)
         return 1
@@ -117,8 +120,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "apply",
         help="validate a policy and write it into the ConfigMap the running service watches",
         description="Validate FILE, then create or update KEY of ConfigMap NAME in namespace NS. The service "
-        "reloads it live (about a minute for the kubelet to swap the mounted file); changes to tiers, models "
-        "or engine arguments are reported as needing a redeploy and are not applied live.",
+        "reloads it live (about a minute for the kubelet to swap the mounted file). A change the running service "
+        "cannot take from the ConfigMap (deploy-time fields such as tiers, models, engine arguments and replicas; a "
+        "tenant or metrics key variable the pods do not have) is refused, exit status 2, with the helm upgrade that "
+        "brings it in.",
     )
     apply.add_argument("file", metavar="FILE", help="policy YAML file")
     apply.add_argument("--configmap", required=True, metavar="NAME", help="ConfigMap that holds the policy")

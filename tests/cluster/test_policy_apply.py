@@ -13,7 +13,7 @@ import yaml
 from kubernetes import client
 
 from thinktier.cli.main import main as thinktier_main
-from thinktier.cluster.kube import CREATED, UNCHANGED, UPDATED, apply_policy
+from thinktier.cluster.kube import CREATED, UNCHANGED, UPDATED, NeedsHelmUpgrade, apply_policy
 from thinktier.policies.loader import DEFAULT_POLICY, PolicyError
 
 NAMESPACE = "llm"
@@ -90,6 +90,22 @@ def test_refuses_an_invalid_policy_and_keeps_the_serving_one(api: client.CoreV1A
     with pytest.raises(PolicyError, match="thresholds must be in order"):
         apply_policy(bad, configmap=CONFIGMAP, namespace=NAMESPACE, api=api)
     assert _policy_data(api) == {"policy.yaml": DEFAULT_POLICY.read_text()}
+
+
+def test_refuses_what_a_configmap_update_cannot_bring_into_the_pods(api: client.CoreV1Api, tmp_path: Path) -> None:
+    apply_policy(DEFAULT_POLICY, configmap=CONFIGMAP, namespace=NAMESPACE, api=api)
+    serving = yaml.safe_load(DEFAULT_POLICY.read_text())
+    more_seqs = yaml.safe_load(DEFAULT_POLICY.read_text())
+    more_seqs["tiers"]["reasoning"]["engine"]["max_num_seqs"] = 7  # deploy-time: serveConfigV2 holds it too
+    new_tenant = yaml.safe_load(DEFAULT_POLICY.read_text())
+    new_tenant["tenants"] = {"beta": {"api_key_env": "BETA_KEY"}}  # its key variable is in no pod's environment
+    for edit, field in ((more_seqs, "tiers.reasoning.engine.max_num_seqs"), (new_tenant, "tenants.beta.api_key_env")):
+        path = tmp_path / "policy.yaml"
+        path.write_text(yaml.safe_dump(edit))
+        with pytest.raises(NeedsHelmUpgrade, match="helm upgrade") as refused:
+            apply_policy(path, configmap=CONFIGMAP, namespace=NAMESPACE, api=api)
+        assert any(f.startswith(field) for f in refused.value.fields), refused.value.fields
+        assert yaml.safe_load(_policy_data(api)["policy.yaml"]) == serving  # nothing written
 
 
 def test_cli_applies_through_a_kubeconfig_context(
