@@ -54,8 +54,25 @@ def check_port_free(host: str, port: int) -> None:
             sock.bind((host, port))
         except OSError as exc:
             raise StartupError(
-                f"cannot serve on {host}:{port}: {exc.strerror}; stop what listens there or pass --port"
+                f"cannot serve on {host}:{port}: {exc.strerror}{port_holder(port)}; stop what listens there or pass --port"
             ) from None
+
+
+def port_holder(port: int) -> str:
+    """Who listens on `port`, as a clause for an error message ("" when this user cannot see it): its pid and name, and
+    whether an earlier local launch left it (a HAProxy outlives a `thinktier up` killed with its reaper)."""
+    import psutil
+
+    from thinktier.cluster.reaper import MARKER_ENV
+
+    with contextlib.suppress(psutil.Error):
+        for conn in psutil.net_connections(kind="inet"):
+            if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port and conn.pid:
+                process = psutil.Process(conn.pid)
+                launch = process.environ().get(MARKER_ENV)
+                left = f", left by the thinktier launch {launch}: `kill {conn.pid}` ends it" if launch else ""
+                return f" (pid {conn.pid}, {process.name()}{left})"
+    return ""
 
 
 def haproxy_open_files() -> int:

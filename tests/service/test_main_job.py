@@ -106,6 +106,7 @@ def test_up_on_a_port_in_use_fails_at_once_and_says_so() -> None:
         code, output = _run_to_exit("--port", str(port))
     assert code == 1, output
     assert f"cannot serve on 127.0.0.1:{port}" in output and "--port" in output
+    assert f"(pid {os.getpid()}, " in output  # whose port it is: this test's process
     assert "starting Ray" not in output
     assert time.monotonic() - started < 120
 
