@@ -203,6 +203,7 @@ class TierEngine:
         self.thinking_tokens = NO_THINKING if self.delimiters is None else ThinkingTokens.of(self.tokenizer, self.delimiters)
         self._running: dict[str, _Running] = {}
         self._embed = embed
+        self._last_output_at = float("-inf")
 
     def render_prompt(self, request: TierRequest) -> list[int]:
         """Prompt token ids: the chat template (or raw prompt), then the opened thinking section on thinking tiers (an
@@ -300,6 +301,7 @@ class TierEngine:
         ended = False
         try:
             async for output in stream:
+                self._last_output_at = time.monotonic()
                 ended = output.finished
                 completion = output.outputs[0]
                 chunk = split.feed(
@@ -353,6 +355,10 @@ class TierEngine:
         """Tokens the GPU (or CPU) KV cache holds, as sized by vLLM at start."""
         cache = self.engine.vllm_config.cache_config
         return (cache.num_gpu_blocks or 0) * cache.block_size
+
+    def producing(self, within_s: float) -> bool:
+        """Whether the engine is alive and gave some request output within the last `within_s`."""
+        return not self.engine.errored and time.monotonic() - self._last_output_at < within_s
 
     def stats(self) -> ReplicaStats:
         now = time.monotonic()

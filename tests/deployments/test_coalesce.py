@@ -1,4 +1,5 @@
-"""Stream coalescing: fewer, larger chunks; the first token, the first answer token and the end at once."""
+"""Stream coalescing: fewer, larger chunks; the first token, the first answer token and the end at once. And the
+heartbeats of a request queued in a busy engine (deployments/tier/queued.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 
 from thinktier.deployments.tier.coalesce import coalesce
 from thinktier.deployments.tier.protocol import TierChunk
+from thinktier.deployments.tier.queued import while_queued
 
 
 async def timed(items: list[tuple[float, TierChunk]], log: list[str] | None = None) -> AsyncIterator[TierChunk]:
@@ -86,3 +88,33 @@ def test_an_engine_error_reaches_the_consumer_after_what_came_before() -> None:
 def test_interval_zero_passes_every_step_through() -> None:
     out = asyncio.run(run(timed(steps(5, 0.0)), interval_s=0))
     assert len(out) == 5
+
+
+def test_a_request_queued_in_a_busy_engine_sends_heartbeats_until_its_first_chunk_then_its_chunks() -> None:
+    async def go() -> list[TierChunk]:
+        source = timed([(0.25, TierChunk(reasoning="r0 ")), (0.01, TierChunk(content="42", finish_reason="stop"))])
+        return [chunk async for chunk in while_queued(source, lambda: True, 0.05)]
+
+    chunks = asyncio.run(go())
+    heartbeats = [c for c in chunks if not (c.reasoning or c.content)]
+    assert 3 <= len(heartbeats) <= 5 and chunks[:len(heartbeats)] == heartbeats  # only before the first chunk
+    assert [(c.reasoning, c.content) for c in chunks[len(heartbeats):]] == [("r0 ", ""), ("", "42")]
+
+
+def test_an_engine_that_produces_nothing_sends_no_heartbeat_so_a_stuck_one_is_still_caught() -> None:
+    async def go() -> list[TierChunk]:
+        return [chunk async for chunk in while_queued(timed([(0.2, TierChunk(content="late"))]), lambda: False, 0.05)]
+
+    assert [c.content for c in asyncio.run(go())] == ["late"]
+
+
+def test_closing_a_queued_stream_closes_its_source() -> None:
+    log: list[str] = []
+
+    async def go() -> None:
+        stream = while_queued(timed([(10, TierChunk(content="never"))], log), lambda: True, 0.01)
+        assert not (await anext(stream)).content  # a heartbeat
+        await stream.aclose()  # type: ignore[attr-defined]
+
+    asyncio.run(go())
+    assert log == ["closed"]
