@@ -7,15 +7,13 @@ import os
 import sys
 from pathlib import Path
 
-from thinktier.cli.args import policy_setting
 from thinktier.loadtest.client import RequestOptions
-from thinktier.loadtest.compare_targets import LINEUP, lineup
 from thinktier.loadtest.measure import LoadSpec
 from thinktier.loadtest.metrics_scraper import RAY_LLM_METRICS, THINKTIER_METRICS
 from thinktier.loadtest.report import RunReport
 from thinktier.loadtest.runner import RunSettings, Target
 from thinktier.loadtest.workload import Mix, PromptPool
-from thinktier.policies.loader import DEFAULT_POLICY, PolicyError, load_policy, load_policy_with
+from thinktier.policies.loader import DEFAULT_POLICY, PolicyError, load_policy
 from thinktier.policies.schema import EFFORTS
 from thinktier.training.reasoner.sizes import SIZES, SizeName
 
@@ -53,7 +51,7 @@ def _positive(text: str) -> float:
     return value
 
 
-def _add_workload_args(parser: argparse.ArgumentParser) -> None:
+def add_workload_args(parser: argparse.ArgumentParser) -> None:
     w = parser.add_argument_group("workload (the same seed gives the same prompts at the same times)")
     w.add_argument(
         "--mix",
@@ -169,7 +167,7 @@ def _add_workload_args(parser: argparse.ArgumentParser) -> None:
     o.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
-def _spec(args: argparse.Namespace) -> LoadSpec:
+def spec_of(args: argparse.Namespace) -> LoadSpec:
     return LoadSpec(
         mix=args.mix,
         rates=args.rate,
@@ -181,7 +179,7 @@ def _spec(args: argparse.Namespace) -> LoadSpec:
     )
 
 
-def _options(args: argparse.Namespace, model: str | None, thinking_token_budget: int | None = None) -> RequestOptions:
+def request_options(args: argparse.Namespace, model: str | None, thinking_token_budget: int | None = None) -> RequestOptions:
     api_key = None
     if args.api_key_env:
         api_key = os.environ.get(args.api_key_env)
@@ -198,7 +196,7 @@ def _options(args: argparse.Namespace, model: str | None, thinking_token_budget:
     )
 
 
-def _pool(args: argparse.Namespace) -> PromptPool:
+def pool_of(args: argparse.Namespace) -> PromptPool:
     languages = None if args.languages == "all" else [c.strip() for c in args.languages.split(",") if c.strip()]
     if args.prompts == PROBLEM_SETS:
         return PromptPool.builtin(languages, args.max_prompt_chars)
@@ -208,13 +206,13 @@ def _pool(args: argparse.Namespace) -> PromptPool:
         raise SystemExit(f"--prompts {args.prompts} --languages {args.languages}: {exc}") from None
 
 
-def _settings(args: argparse.Namespace) -> RunSettings:
+def run_settings(args: argparse.Namespace) -> RunSettings:
     return RunSettings(
         request_timeout_s=args.request_timeout, scrape_interval_s=args.scrape_interval, progress=not args.no_progress
     )
 
 
-def _out_dir(args: argparse.Namespace, command: str) -> Path:
+def out_dir(args: argparse.Namespace, command: str) -> Path:
     if args.out is not None:
         return args.out.resolve()
     from datetime import datetime
@@ -244,12 +242,12 @@ def _run(args: argparse.Namespace) -> int:
         return 1
     target = Target(
         args.url,
-        options=_options(args, args.model, args.thinking_token_budget),
+        options=request_options(args, args.model, args.thinking_token_budget),
         metrics_url=args.metrics_url,
         metric_names=EXPORTERS[args.exporter],
     )
-    out = _out_dir(args, "run")
-    report, paths = measure(target, _spec(args), _pool(args), slos, out, _settings(args))
+    out = out_dir(args, "run")
+    report, paths = measure(target, spec_of(args), pool_of(args), slos, out, run_settings(args))
     for run in report.runs:
         o = run.overall
         print(
@@ -257,76 +255,6 @@ def _run(args: argparse.Namespace) -> int:
             f"goodput {run.goodput_rps:.2f} req/s{_correctness(run)}, TPS {run.tps:.1f}, TTFVT p99 {_seconds(o.ttfvt_s.p99)}"
         )
     print(f"wrote {len(paths)} files to {out} (start with {out / 'report.md'})")
-    return 0
-
-
-def _targets(text: str) -> tuple[str, ...]:
-    chosen = tuple(t.strip() for t in text.split(",") if t.strip())
-    unknown = sorted(set(chosen) - set(LINEUP))
-    if unknown or not chosen:
-        raise argparse.ArgumentTypeError(f"--targets {text!r}: unknown {unknown}; choose from {', '.join(LINEUP)}")
-    return chosen
-
-
-def _seeds(text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(s) for s in text.split(",") if s.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--repeat-seeds {text!r}: expected integers separated by commas, e.g. 1,2") from None
-
-
-def _compare(args: argparse.Namespace) -> int:
-    from thinktier.loadtest.compare import compare, load_specs  # lazily: matplotlib is slow to import
-    from thinktier.loadtest.compare_report import summarize
-
-    if args.summarize is not None:
-        try:
-            summarize(args.summarize, args.baseline)
-        except ValueError as exc:
-            print(f"loadtest compare: {exc}", file=sys.stderr)
-            return 2
-        print(f"rebuilt {args.summarize / 'compare.md'} from the raw files there")
-        return 0
-    try:
-        policy = load_policy_with(args.policy, args.set)
-        pool = load_policy_with(args.single_pool_policy, args.pool_set)
-    except (PolicyError, ValueError) as exc:
-        print(exc, file=sys.stderr)
-        return 1
-    if args.ray_llm_tier is not None and args.ray_llm_tier not in pool.tiers:
-        print(f"--ray-llm-tier {args.ray_llm_tier!r}: no such tier in {args.single_pool_policy}; tiers are "
-              f"{sorted(pool.tiers)}", file=sys.stderr)
-        return 2
-    out = _out_dir(args, "compare")
-    names = (Path(args.policy).name + "".join(f" --set {k}={v}" for k, v in args.set),
-             Path(args.single_pool_policy).name + "".join(f" --pool-set {k}={v}" for k, v in args.pool_set))
-    targets = [t for t in lineup(policy, pool, out, names, args.ray_llm_tier, args.ray_llm_cpu_threads)
-               if t.name in args.targets]
-    if args.temperature is None:  # every target samples alike: thinktier's default, sent explicitly
-        from thinktier.deployments.request.openai_api import OpenAIRequest
-
-        args.temperature = OpenAIRequest.model_fields["temperature"].default
-    try:
-        result = compare(
-            targets,
-            load_specs(_spec(args), args.repeat_seeds),
-            _pool(args),
-            policy.slos,
-            out,
-            args.baseline,
-            _options(args, THINKTIER_MODEL),
-            port=args.port,
-            metrics_port=args.metrics_port,
-            settings=_settings(args),
-        )
-    except ValueError as exc:
-        print(f"loadtest compare: {exc}", file=sys.stderr)
-        return 2
-    if result is None:
-        print(f"ran {', '.join(t.name for t in targets)} into {out}; the baseline {args.baseline} has not run there yet: "
-              f"run it into the same --out, or `thinktier loadtest compare --summarize {out} --baseline NAME`")
-        return 0
-    print(f"compared {', '.join(result.targets)} (baseline {result.baseline}); see {out / 'compare.md'}")
     return 0
 
 
@@ -365,6 +293,8 @@ def _peer(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    from thinktier.cli.loadtest_compare import add_compare  # it imports this module's helpers
+
     loadtest = subparsers.add_parser(
         "loadtest",
         help="measure thinktier or any OpenAI-compatible endpoint under reasoning traffic",
@@ -409,92 +339,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="send vLLM's own per-request thinking cap (thinking_token_budget) with every request: for a vLLM-based "
         "peer such as Ray Serve LLM; thinktier sets budgets itself and rejects the field",
     )
-    _add_workload_args(run)
+    add_workload_args(run)
     run.set_defaults(func=_run)
 
-    cmp = commands.add_parser(
-        "compare",
-        help="start the five targets of the comparison matrix in turn and compare them on one workload",
-        description="Start each target on this machine, one after the other; run against each, back to back, the "
-        "first seed at every --rate, then every --repeat-seeds seed at the middle rate; stop it; and write "
-        "compare.md / compare.json with every metric side by side as a ratio to the baseline (taken within a "
-        "seed), with the median and range over the seeds, plus TARGET/seed-S/ per target and seed (report, raw "
-        "requests, plots). The targets isolate one mechanism each: one-pool (--single-pool-policy: every request one "
-        "budget), one-pool-budgets (that pool's tier with --policy's classifier, per-class budgets and priorities, "
-        "no chat tier), tiered-no-degradation (--policy, no budget cut, no chat fallback, no shedding), tiered "
-        "(--policy as it ships), ray-serve-llm (Ray Serve LLM on the single pool's tier, each request the budget "
-        "--policy's classifier gives it, through vLLM's thinking_token_budget and max_tokens). The first three run "
-        "with degradation off; their policies are written to OUT/NAME-policy.yaml. The policy's slos judge every "
-        "target. Each target takes minutes to start; run it on a quiet machine.",
-    )
-    cmp.add_argument(
-        "--policy",
-        default=str(DEFAULT_POLICY),
-        help=f"the tiered policy; its slos judge every target (default {DEFAULT_POLICY.name})",
-    )
-    cmp.add_argument(
-        "--set",
-        type=policy_setting,
-        action="append",
-        default=[],
-        metavar="KNOB=VALUE",
-        help="change one field of --policy for every target that takes from it (repeatable), e.g. "
-        "routing.classifier.artifact=builtin:difficulty-v5",
-    )
-    cmp.add_argument(
-        "--single-pool-policy",
-        default=str(SINGLE_POOL_POLICY),
-        help="the one pool: its one tier (model, engine, resources) serves one-pool, one-pool-budgets and "
-        "ray-serve-llm; give it the total KV cache, batch slots and cores of the tiered policy's tiers "
-        "(default policies/examples/single-pool.yaml)",
-    )
-    cmp.add_argument(
-        "--pool-set",
-        type=policy_setting,
-        action="append",
-        default=[],
-        metavar="KNOB=VALUE",
-        help="change one field of --single-pool-policy (repeatable), e.g. tiers.reasoning.engine.kv_cache_memory_gib=2.25",
-    )
-    cmp.add_argument(
-        "--ray-llm-tier",
-        default=None,
-        help="tier of --single-pool-policy that Ray Serve LLM copies (default: its routing.reasoning_tier)",
-    )
-    cmp.add_argument(
-        "--ray-llm-cpu-threads",
-        default=None,
-        help="CPU tiers: cores Ray Serve LLM's engine binds to, e.g. 0-1 (default: the copied tier's engine.cpu_threads)",
-    )
-    cmp.add_argument("--baseline", default="one-pool", help="target the ratios are relative to (default one-pool)")
-    cmp.add_argument(
-        "--targets",
-        type=_targets,
-        default=LINEUP,
-        metavar="NAME[,NAME...]",
-        help="targets to start, in this order; the report covers every target in --out, those of earlier runs into "
-        "the same folder included, so a matrix can be run a target at a time (default: all five)",
-    )
-    cmp.add_argument(
-        "--repeat-seeds",
-        type=_seeds,
-        default=(),
-        metavar="S[,S...]",
-        help="more seeds, each run at the middle rate of --rate after the first seed's runs; the report gives the "
-        "median and range over all seeds there (default: none)",
-    )
-    cmp.add_argument(
-        "--summarize",
-        type=Path,
-        default=None,
-        metavar="DIR",
-        help="start nothing: rebuild DIR/compare.{md,json} and the plot from the raw requests saved there, with "
-        "this version's metric definitions",
-    )
-    cmp.add_argument("--port", type=int, default=8000, help="HTTP port each target serves on (default 8000)")
-    cmp.add_argument("--metrics-port", type=int, default=8090, help="Ray metrics export port for Ray Serve LLM (default 8090)")
-    _add_workload_args(cmp)
-    cmp.set_defaults(func=_compare)
+    add_compare(commands)
 
     peer = commands.add_parser(
         "peer",
