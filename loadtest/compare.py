@@ -9,6 +9,7 @@ repeated seed at the middle rate (an engine start costs minutes; a load run need
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
@@ -93,8 +94,8 @@ def compare(
     for target in targets:
         described = out_dir / target.name / TARGET_FILE
         described.parent.mkdir(parents=True, exist_ok=True)
-        described.write_text(json.dumps({"kind": target.kind, "policy": target.policy_path, "what": target.what},
-                                        indent=2) + "\n")
+        policy = os.path.relpath(target.policy_path, out_dir)  # the folder may move (committed results)
+        described.write_text(json.dumps({"kind": target.kind, "policy": policy, "what": target.what}, indent=2) + "\n")
     prompts = [item.prompt for spec in specs for item in work_items(spec, pool)]
     for target in targets:
         with started(target, port, metrics_port, options, prompts) as endpoint:
