@@ -26,7 +26,11 @@ class Tenant(StrictModel):
         description="Environment variable holding the tenant's API key (never the key itself); required for every "
         "tenant but 'anonymous', which has none.",
     )
-    max_concurrent_requests: int = Field(64, ge=1, description="Requests in flight at once; beyond, 429.")
+    max_concurrent_requests: int = Field(
+        64, ge=1, description="Requests in flight at once across the whole service, whatever the number of Ingress "
+        "replicas (the load board counts them; while it cannot be reached, each replica allows its share of the limit, "
+        "rounded up); beyond, 429 with Retry-After."
+    )
     max_effort: Effort = Field("high", description="Highest effort the tenant may ask for.")
 
 
