@@ -25,6 +25,7 @@ from thinktier.policies.loader import load_policy
 from thinktier.policies.schema import Autoscaling, Replicas
 
 TARGETS = Autoscaling(
+    signal="kv_and_stragglers",
     target_kv_occupancy=0.7,
     scale_down_kv_occupancy=0.3,
     max_stragglers_per_replica=2,

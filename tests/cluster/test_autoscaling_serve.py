@@ -105,7 +105,7 @@ def watch(until: Callable[[int], bool], timeout_s: float) -> list[int]:
 
 
 def test_policy_scales_a_serve_deployment_up_on_kv_and_down_one_replica_at_a_time(dial):
-    targets = Autoscaling(metrics_interval_s=0.2, upscale_delay_s=1, downscale_delay_s=2)
+    targets = Autoscaling(signal="kv_and_stragglers", metrics_interval_s=0.2, upscale_delay_s=1, downscale_delay_s=2)
     tier = load_policy().tiers["reasoning"].model_copy(update={"replicas": Replicas(min=1, max=3), "autoscaling": targets})
     ray.get(dial.set.remote(stats(kv_occupancy=0.1)))
     serve.run(Reporter.options(name=DEPLOYMENT, autoscaling_config=serve_autoscaling_config(tier)).bind(dial), name=APP,

@@ -286,6 +286,7 @@ SERVER_EDITS = {
     "body_read_timeout_s": 5,
     "tier_timeout_s": 60,
     "tier_idle_timeout_s": 5,
+    "cold_start_timeout_s": 30,
     "drain_timeout_s": 120,
     "load_board_timeout_s": 1,
     "log_encoding": "text",
