@@ -33,7 +33,7 @@ def pool_resource(tier: str) -> str:
 
 
 def _tier_scaling(tier: Tier) -> dict[str, Any]:
-    """A fixed replica count, or the KV- and straggler-aware autoscaler within [min, max]."""
+    """A fixed replica count, or autoscaling within [min, max] on the tier's signal (serve_autoscaling_config)."""
     replicas = tier.replicas
     if replicas.min == replicas.max:
         return {"num_replicas": replicas.min}
