@@ -116,6 +116,7 @@ def test_the_replica_choice_is_the_real_router_score() -> None:
 
 def test_the_replica_count_is_the_real_autoscaler_decision() -> None:
     policy = with_setting(load_policy(ONEPOOL), "tiers.reasoning.replicas", '{"min": 1, "max": 4}')
+    policy = with_setting(policy, "tiers.reasoning.autoscaling.signal", "kv_and_stragglers")  # the project's own
     inputs = replace(small(rate=0.5, startup_s=2.0), policy=policy)
     steady = simulate(inputs)
     assert {t.tier: t.replicas_max for t in steady.tiers} == {"reasoning": 1}
