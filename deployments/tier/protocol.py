@@ -12,6 +12,11 @@ from typing import Literal
 
 from thinktier.policies.schema import DifficultyClass, EarlyExit
 
+HEARTBEAT_S = 5.0
+"""How often a tier stream that has nothing to send yet (a request queued in a busy engine; a vote whose streamed
+sample has ended) sends an empty chunk, so the Ingress's `server.tier_idle_timeout_s` does not cut it off: well within
+any sensible value of it."""
+
 
 class PromptTooLong(ValueError):
     """The rendered prompt is longer than the tier accepts (a client error)."""

@@ -21,12 +21,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from thinktier.deployments.tier.answers import Ballot, extract_answer, is_numeric
-from thinktier.deployments.tier.protocol import Economy, TierChunk, TierRequest
+from thinktier.deployments.tier.protocol import HEARTBEAT_S, Economy, TierChunk, TierRequest
 
 logger = logging.getLogger("ray.serve")
-HEARTBEAT_S = 5.0
-"""A streamed vote whose progress sample has ended sends an empty chunk this often while the other samples decode:
-well within any sensible `server.tier_idle_timeout_s`, which would otherwise cut the vote off."""
 DecodeOne = Callable[[TierRequest], AsyncIterator[TierChunk]]
 Embed = Callable[[list[str]], Awaitable[Sequence[Sequence[float]]]]
 

@@ -13,7 +13,7 @@ from ray.serve.handle import DeploymentHandle
 from thinktier.deployments.serve_options import DRAIN_POLL_S, ServeOptions
 from thinktier.deployments.tier.coalesce import coalesce
 from thinktier.deployments.tier.engine import GIB, TierEngine, engine_env
-from thinktier.deployments.tier.protocol import TierChunk, TierRequest, collect
+from thinktier.deployments.tier.protocol import HEARTBEAT_S, TierChunk, TierRequest, collect
 from thinktier.deployments.tier.queued import while_queued
 from thinktier.deployments.tier.self_consistency import Embed
 from thinktier.policies.schema import Policy, Tier
@@ -21,10 +21,6 @@ from thinktier.policies.schema import Policy, Tier
 if TYPE_CHECKING:
     from thinktier.deployments.classifier.classifier import DifficultyClassifier
     from thinktier.deployments.request.load_board import LoadBoard
-
-QUEUED_HEARTBEAT_S = 5.0
-"""How often a request that waits in a busy engine's queue tells the Ingress it is alive: well within any sensible
-server.tier_idle_timeout_s."""
 
 
 def tier_deployment_name(tier: str) -> str:
@@ -114,8 +110,7 @@ class TierReplica:
     async def generate(self, request: TierRequest) -> AsyncIterator[TierChunk]:
         """The request's chunks, coalesced; while it waits in a busy engine's queue, heartbeats (deployments/tier/queued.py)."""
         first = True
-        queued = while_queued(self.engine.generate(request), lambda: self.engine.producing(QUEUED_HEARTBEAT_S),
-                              QUEUED_HEARTBEAT_S)
+        queued = while_queued(self.engine.generate(request), lambda: self.engine.producing(HEARTBEAT_S), HEARTBEAT_S)
         async for chunk in coalesce(queued, self._stream_interval_s):
             if first:
                 chunk.replica, first = self._replica, False
