@@ -118,19 +118,24 @@ class Admission:
         self._asked[slot_id] = tenant  # before asking: a sync never drops a grant that is on its way back
         granted = False
         try:
-            if self._shared is None:
-                granted = self._in_flight.get(tenant, 0) < limit
-                return granted
-            try:
-                granted = await self._shared.acquire(tenant, limit, slot_id)
-            except Exception as exc:  # the shared count is out of reach: this replica's share of the limit
-                if self._on_shared_failure is not None:
-                    self._on_shared_failure(exc)
-                granted = self._in_flight.get(tenant, 0) < math.ceil(limit / max(1, replicas))
-            return granted
+            granted = await self._ask(tenant, limit, slot_id, replicas)
         finally:
             if not granted:  # refused or cancelled: a grant made meanwhile is dropped at the next sync
                 self._asked.pop(slot_id, None)
+        return granted
+
+    async def _ask(self, tenant: str, limit: int, slot_id: str, replicas: int) -> bool:
+        """The shared count's answer; this replica's own count (its share of the limit, where the shared count is out
+        of reach) otherwise."""
+        share = limit
+        if self._shared is not None:
+            try:
+                return await self._shared.acquire(tenant, limit, slot_id)
+            except Exception as exc:  # the shared count is out of reach
+                if self._on_shared_failure is not None:
+                    self._on_shared_failure(exc)
+                share = math.ceil(limit / max(1, replicas))
+        return self._in_flight.get(tenant, 0) < share
 
     def give_back(self, slot: Slot) -> None:
         self._in_flight[slot.tenant] -= 1

@@ -24,21 +24,15 @@ class TenantLedger:
         self._stale_after_s = stale_after_s
         self._replicas: dict[str, _Replica] = {}
 
-    def _expire(self, now: float) -> None:
-        self._replicas = {r: held for r, held in self._replicas.items() if now - held.synced_at <= self._stale_after_s}
-
-    def in_flight(self, tenant: str, now: float) -> int:
-        self._expire(now)
-        return sum(tenant == t for held in self._replicas.values() for t in held.slots.values())
-
     def acquire(self, replica: str, tenant: str, limit: int, slot: str, now: float) -> bool:
-        """Grant `slot` to `tenant` unless the tenant has `limit` requests in flight across all replicas."""
+        """Grant `slot` to `tenant` unless the tenant has `limit` requests in flight across the live replicas."""
+        self._replicas = {r: held for r, held in self._replicas.items() if now - held.synced_at <= self._stale_after_s}
         held = self._replicas.setdefault(replica, _Replica(now))
         if slot in held.slots:
             return True
-        if self.in_flight(tenant, now) >= limit:
+        if sum(tenant == t for live in self._replicas.values() for t in live.slots.values()) >= limit:
             return False
-        self._replicas.setdefault(replica, held).slots[slot] = tenant
+        held.slots[slot] = tenant
         return True
 
     def release(self, replica: str, slot: str) -> None:
