@@ -5,38 +5,25 @@ the peer the classifier for free: its best case."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import replace
 
-from thinktier.deployments.request.decision import DifficultyScore, RoutingRequest
+from thinktier.deployments.request.decision import RoutingRequest
 from thinktier.deployments.request.routing import decide
 from thinktier.loadtest.client import RequestOptions
+from thinktier.loadtest.sim.sim_workload import classifier_scores
 from thinktier.loadtest.workload import Prompt
 from thinktier.policies.schema import Policy
-
-SCORE_BATCH = 64
-
-
-def scores(policy: Policy, texts: Sequence[str]) -> list[DifficultyScore | None]:
-    """The policy's classifier's score of each text; None for each when the classifier is off."""
-    classifier = policy.routing.classifier
-    if not classifier.enabled:
-        return [None] * len(texts)
-    from thinktier.deployments.classifier.difficulty import DifficultyModel  # lazily: torch and transformers
-
-    model = DifficultyModel.load(classifier.artifact)
-    scored: list[DifficultyScore | None] = []
-    for start in range(0, len(texts), SCORE_BATCH):
-        scored.extend(model.score_batch(list(texts[start:start + SCORE_BATCH])))
-    return scored
 
 
 def per_class_options(policy: Policy, prompts: Iterable[Prompt], base: RequestOptions) -> dict[str, RequestOptions]:
     """`base` with each prompt's budget under `policy` (by prompt id)."""
     unique = list({p.id: p for p in prompts}.values())
+    classifier = policy.routing.classifier
+    scores = classifier_scores(classifier.artifact, unique) if classifier.enabled else {}
     options = {}
-    for prompt, difficulty in zip(unique, scores(policy, [p.text for p in unique]), strict=True):
-        decision = decide(policy, RoutingRequest(prompt.text), difficulty, {})
+    for prompt in unique:
+        decision = decide(policy, RoutingRequest(prompt.text), scores.get(prompt.id), {})
         options[prompt.id] = replace(
             base,
             max_tokens=decision.thinking_tokens + decision.answer_tokens,

@@ -9,6 +9,7 @@ Prompt tokens are estimated as characters / 4 plus the chat template's ~12 token
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections.abc import Sequence
@@ -86,25 +87,33 @@ def arrivals(spec: WorkloadSpec, pool: PromptPool) -> list[Arrival]:
     ]
 
 
+def _text_key(prompt: Prompt) -> str:
+    """A prompt's key in the score cache: its text's digest (an id such as reasoner-small-3 names other text under
+    another seed)."""
+    return hashlib.sha256(prompt.text.encode()).hexdigest()
+
+
 def classifier_scores(artifact: str, prompts: Sequence[Prompt]) -> dict[str, DifficultyScore]:
-    """The real classifier's score of every distinct prompt, cached on disk by classifier version."""
+    """The real classifier's score of every distinct prompt, by prompt id; cached on disk by classifier version and
+    prompt text."""
     from thinktier.deployments.classifier.difficulty import DifficultyModel  # lazily: loads torch and the embedder
 
     model = DifficultyModel.load(artifact)
-    cache_path = SCORE_CACHE / f"scores-{model.version}.json"
+    cache_path = SCORE_CACHE / f"scores-by-text-{model.version}.json"
     cache: dict[str, list[float]] = json.loads(cache_path.read_text()) if cache_path.exists() else {}
-    todo = list({p.id: p for p in prompts if p.id not in cache}.values())
+    todo = list({_text_key(p): p for p in prompts if _text_key(p) not in cache}.values())
     for start in tqdm(range(0, len(todo), 64), desc="classifier scores", unit="batch", disable=not todo):
         batch = todo[start : start + 64]
         for prompt, score in zip(batch, model.score_batch([p.text for p in batch]), strict=True):
-            cache[prompt.id] = [score.score, score.probs["easy"], score.probs["medium"], score.probs["hard"]]
+            cache[_text_key(prompt)] = [score.score, score.probs["easy"], score.probs["medium"], score.probs["hard"]]
     if todo:
         cache_path.parent.mkdir(parents=True, exist_ok=True)
         cache_path.write_text(json.dumps(cache))
-    return {
-        p.id: DifficultyScore(cache[p.id][0], dict(zip(("easy", "medium", "hard"), cache[p.id][1:], strict=True)), model.version)
-        for p in prompts
-    }
+    scores = {}
+    for p in prompts:
+        value, *probs = cache[_text_key(p)]
+        scores[p.id] = DifficultyScore(value, dict(zip(("easy", "medium", "hard"), probs, strict=True)), model.version)
+    return scores
 
 
 class Lengths:
