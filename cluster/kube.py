@@ -60,8 +60,9 @@ def helm_only_changes(old: Policy, new: Policy) -> list[str]:
     known = {t.api_key_env for t in old.tenants.values()} | {old.server.metrics_api_key_env}
     fields += [f"tenants.{name}.api_key_env ({t.api_key_env})" for name, t in new.tenants.items()
                if t.api_key_env is not None and t.api_key_env not in known]
-    if new.server.metrics_api_key_env not in known:
-        fields.append(f"server.metrics_api_key_env ({new.server.metrics_api_key_env})")
+    metrics_key = new.server.metrics_api_key_env
+    if metrics_key is not None and metrics_key not in known:
+        fields.append(f"server.metrics_api_key_env ({metrics_key})")
     return fields
 
 

@@ -108,6 +108,17 @@ def test_refuses_what_a_configmap_update_cannot_bring_into_the_pods(api: client.
         assert yaml.safe_load(_policy_data(api)["policy.yaml"]) == serving  # nothing written
 
 
+def test_taking_the_metrics_key_away_is_applied_live(api: client.CoreV1Api, tmp_path: Path) -> None:
+    keyed = yaml.safe_load(DEFAULT_POLICY.read_text())
+    keyed.setdefault("server", {})["metrics_api_key_env"] = "THINKTIER_METRICS_KEY"
+    path = tmp_path / "policy.yaml"
+    path.write_text(yaml.safe_dump(keyed))
+    apply_policy(path, configmap=CONFIGMAP, namespace=NAMESPACE, api=api)
+    del keyed["server"]["metrics_api_key_env"]  # no variable the pods lack: nothing for helm to bring in
+    path.write_text(yaml.safe_dump(keyed))
+    assert apply_policy(path, configmap=CONFIGMAP, namespace=NAMESPACE, api=api) == UPDATED
+
+
 def test_cli_applies_through_a_kubeconfig_context(
     server: FakeApiServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
