@@ -42,17 +42,21 @@ def _open_loop(spec: LoadSpec, pool: PromptPool, rate: float) -> list[WorkItem]:
     return open_loop(pool, spec.mix, rate, spec.shape, spec.duration_s, spec.seed)
 
 
+def _closed_loop(spec: LoadSpec, pool: PromptPool, batch_size: int) -> list[list[WorkItem]]:
+    return closed_loop(pool, spec.mix, batch_size, spec.batches, spec.seed)
+
+
 def work_items(spec: LoadSpec, pool: PromptPool) -> list[WorkItem]:
     """Every request the spec sends, over all its runs."""
     if spec.batch_size is not None:
-        return [item for batch in closed_loop(pool, spec.mix, spec.batch_size, spec.batches, spec.seed) for item in batch]
+        return [item for batch in _closed_loop(spec, pool, spec.batch_size) for item in batch]
     return [item for rate in spec.rates for item in _open_loop(spec, pool, rate)]
 
 
 def run_all(target: Target, spec: LoadSpec, pool: PromptPool, settings: RunSettings) -> list[RunRecord]:
     """Every run of the spec, one after the other, each with the same seed (same prompts in the same order)."""
     if spec.batch_size is not None:
-        batches = closed_loop(pool, spec.mix, spec.batch_size, spec.batches, spec.seed)
+        batches = _closed_loop(spec, pool, spec.batch_size)
         return [asyncio.run(run_closed_loop(target, batches, settings, f"batch={spec.batch_size}"))]
     return [
         asyncio.run(run_open_loop(target, _open_loop(spec, pool, rate), settings, f"rate={rate:g}", rate, spec.shape,
