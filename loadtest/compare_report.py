@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import statistics
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -103,11 +103,13 @@ def ratio(value: float | None, base: float | None) -> float | None:
     return value / base
 
 
-def _rows(reports: Mapping[str, Report], baseline: str, prefix: str = "") -> list[Row]:
-    """A row per run of the baseline and metric; a target without that run (by label) has no value there."""
+def _rows(reports: Mapping[str, Report], targets: list[str], baseline: str, prefix: str = "") -> list[Row]:
+    """A row per run of the baseline and metric, with a value per target; a target without that run (by label, or
+    without a report at all) has none there."""
     rows = []
     for base_run in reports[baseline].runs:
-        runs = {name: next((r for r in report.runs if r.label == base_run.label), None) for name, report in reports.items()}
+        runs = {name: next((r for r in reports[name].runs if r.label == base_run.label), None) if name in reports else None
+                for name in targets}
         for metric in METRICS:
             values = {name: None if run is None else metric.value(run) for name, run in runs.items()}
             ratios = {name: ratio(v, values[baseline]) for name, v in values.items()}
@@ -120,7 +122,8 @@ def side_by_side(reports: dict[str, Report], baseline: str, settings: dict[str, 
     """One seed's reports side by side."""
     if baseline not in reports:
         raise ValueError(f"baseline {baseline!r} is not one of the targets {list(reports)}")
-    return CompareReport(baseline=baseline, targets=list(reports), settings=settings, rows=_rows(reports, baseline))
+    return CompareReport(baseline=baseline, targets=list(reports), settings=settings,
+                         rows=_rows(reports, list(reports), baseline))
 
 
 def _range(values: list[float]) -> Range | None:
@@ -138,10 +141,7 @@ def matrix(by_seed: Mapping[int, Mapping[str, Report]], targets: list[str], base
     for seed, reports in sorted(by_seed.items()):
         if baseline not in reports:
             raise ValueError(f"the baseline {baseline!r} has no run of seed {seed}; it has to run every seed")
-        for row in _rows({t: reports[t] for t in targets if t in reports}, baseline, f"seed={seed} "):
-            rows.append(row.model_copy(update={
-                "values": {t: row.values.get(t) for t in targets}, "ratios": {t: row.ratios.get(t) for t in targets}
-            }))
+        rows += _rows(reports, targets, baseline, f"seed={seed} ")
         for run in reports[baseline].runs:
             seeds_of.setdefault(run.label, []).append(seed)
     spread = []
@@ -217,10 +217,10 @@ def saved_targets(out_dir: Path) -> dict[str, dict[str, str]]:
     return {d.name: json.loads((d / TARGET_FILE).read_text()) if (d / TARGET_FILE).exists() else {} for d in found}
 
 
-def load_matrix(out_dir: Path) -> dict[int, dict[str, Report]]:
+def load_matrix(out_dir: Path, targets: Iterable[str]) -> dict[int, dict[str, Report]]:
     """Every target's report per seed, rebuilt from its raw requests with this version's report code."""
     by_seed: dict[int, dict[str, Report]] = {}
-    for name in saved_targets(out_dir):
+    for name in targets:
         for run_dir in sorted((out_dir / name).glob(f"{SEED_DIR}*")):
             report, requests = run_dir / "report.json", run_dir / "requests.jsonl"
             if report.exists() and requests.exists():
@@ -231,7 +231,7 @@ def load_matrix(out_dir: Path) -> dict[int, dict[str, Report]]:
 def summarize(out_dir: Path, baseline: str) -> CompareReport:
     """compare.json, compare.md and goodput_vs_load.png of a compare folder, from its raw files."""
     targets = saved_targets(out_dir)
-    by_seed = load_matrix(out_dir)
+    by_seed = load_matrix(out_dir, targets)
     if not by_seed:
         raise ValueError(f"{out_dir}: no TARGET/{SEED_DIR}S/report.json with requests.jsonl beside it")
     first = by_seed[min(by_seed)]
