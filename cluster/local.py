@@ -15,6 +15,7 @@ from pathlib import Path
 from types import TracebackType
 
 import httpx
+import psutil
 
 from thinktier.cluster.reaper import MARKER_ENV, start_reaper
 from thinktier.cluster.serve_config import APP_NAME, http_options, ray_env
@@ -61,10 +62,6 @@ def check_port_free(host: str, port: int) -> None:
 def port_holder(port: int) -> str:
     """Who listens on `port`, as a clause for an error message ("" when this user cannot see it): its pid and name, and
     whether an earlier local launch left it (a HAProxy outlives a `thinktier up` killed with its reaper)."""
-    import psutil
-
-    from thinktier.cluster.reaper import MARKER_ENV
-
     with contextlib.suppress(psutil.Error):
         for conn in psutil.net_connections(kind="inet"):
             if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port and conn.pid:
