@@ -3,6 +3,7 @@ time, and goodput against offered load (when rates were swept)."""
 
 from __future__ import annotations
 
+import io
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -14,6 +15,7 @@ matplotlib.use("Agg")  # files only; never needs a display
 import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
+from PIL import Image
 
 from thinktier.loadtest.report import Report, RunReport
 from thinktier.loadtest.runner import RunRecord
@@ -23,10 +25,14 @@ if TYPE_CHECKING:
     from thinktier.loadtest.sim.sim_cluster import TimelinePoint
 
 
-def _save(fig: Figure, path: Path) -> Path:
+def save_figure(fig: Figure, path: Path, dpi: int = 110) -> Path:
+    """Writes `fig` as a PNG of 256 colours (a plot has few; 40 % of matplotlib's full-colour bytes, so the committed
+    results stay small enough to travel to the GPU machine beside its payload) and closes it."""
+    buffer = io.BytesIO()
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(buffer, format="png", dpi=dpi)
     plt.close(fig)
+    Image.open(buffer).convert("RGB").quantize(colors=256).save(path, format="PNG", optimize=True)
     return path
 
 
@@ -43,7 +49,7 @@ def latency_cdfs(record: RunRecord, path: Path) -> Path:
         ax.set(title=f"{title}, {record.label}", xlabel="seconds", ylabel="share of requests", ylim=(0, 1.02))
         ax.grid(alpha=0.3)
         ax.legend(loc="lower right", fontsize="small")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def kv_timeline(run: RunReport, path: Path) -> Path:
@@ -65,7 +71,7 @@ def kv_timeline(run: RunReport, path: Path) -> Path:
             ax.legend(fontsize="small")
     if not run.timeline:
         kv_ax.text(0.5, 0.5, "no tier metrics were scraped", ha="center", va="center", transform=kv_ax.transAxes)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def _by_offered_rate(report: Report) -> list[tuple[float, RunReport]]:
@@ -85,7 +91,7 @@ def goodput_vs_load(report: Report, path: Path) -> Path:
     ax.set(title="Goodput vs offered load", xlabel="offered req/s", ylabel="req/s")
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def compare_goodput(reports: dict[str, Report], path: Path) -> Path:
@@ -97,7 +103,7 @@ def compare_goodput(reports: dict[str, Report], path: Path) -> Path:
     ax.set(title="Goodput vs offered load", xlabel="offered req/s", ylabel="goodput req/s (SLOs met)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def class_p99_bars(reports: dict[str, Report], path: Path) -> Path:
@@ -113,7 +119,7 @@ def class_p99_bars(reports: dict[str, Report], path: Path) -> Path:
     ax.set(title="TTFVT p99 per request class", ylabel="seconds (log)", yscale="log")
     ax.grid(alpha=0.3, axis="y")
     ax.legend(fontsize="small")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plan_timeline(points: Sequence[TimelinePoint], path: Path) -> Path:
@@ -131,7 +137,7 @@ def plan_timeline(points: Sequence[TimelinePoint], path: Path) -> Path:
     for ax in (rep_ax, kv_ax, st_ax):
         ax.grid(alpha=0.3)
         ax.legend(fontsize="small")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def write_plots(report: Report, records: list[RunRecord], out_dir: Path) -> list[Path]:
@@ -160,4 +166,4 @@ def autoscaling_traces(traces: dict[str, Sequence[TracePoint]], tier: str, path:
         ax.grid(alpha=0.3)
         ax.legend(fontsize="small")
     axes[2].set_xlabel("seconds since the load test started")
-    return _save(fig, path)
+    return save_figure(fig, path)

@@ -93,10 +93,9 @@ def summarise(signal: str, record: RunRecord, report: RunReport, tier: str) -> d
 
 
 def plot(results: list[dict[str, Any]], out: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    from thinktier.loadtest.plots import save_figure
 
     fig, axes = plt.subplots(3, 1, figsize=(9, 8), sharex=True)
     for result in results:
@@ -110,9 +109,7 @@ def plot(results: list[dict[str, Any]], out: Path) -> None:
         ax.grid(alpha=0.3)
     axes[0].legend()
     axes[2].set_xlabel("seconds since the run started")
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
+    save_figure(fig, out)
 
 
 def markdown(results: list[dict[str, Any]], workload: Workload, command: str) -> str:

@@ -231,10 +231,9 @@ def markdown(report: FrontdoorReport) -> str:
 
 def plot(report: FrontdoorReport, path: Path) -> None:
     """Achieved tokens/s and server cores per 1k tokens/s, thinktier beside the floor, per variant."""
-    import matplotlib
-
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    from thinktier.loadtest.plots import save_figure
 
     labels = [f"{v.variant.interval_ms:g} ms\n{v.variant.ingress_replicas} Ingress\n{v.variant.offered_tps:,.0f} offered"
               for v in report.variants]
@@ -251,9 +250,7 @@ def plot(report: FrontdoorReport, path: Path) -> None:
         ax.set_xticks(x, labels)
         ax.legend()
     fig.suptitle("Front door: thinktier (proxy -> Ingress -> tier) vs bare FastAPI")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path, dpi=120)
 
 
 def write(report: FrontdoorReport, out_dir: Path) -> list[Path]:

@@ -120,10 +120,9 @@ def aims(summary: dict[str, Any], hard_thinking_floor: int) -> list[Aim]:
 def budget_plot(summary: dict[str, Any], path: Path, title: str) -> Path | None:
     if "budget" not in summary:
         return None
-    import matplotlib
-
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    from thinktier.loadtest.plots import save_figure
 
     fig, ax = plt.subplots(figsize=(7, 4))
     for cls in CLASSES:
@@ -137,10 +136,7 @@ def budget_plot(summary: dict[str, Any], path: Path, title: str) -> Path | None:
     ax.set_title(title)
     ax.legend()
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def markdown(report: dict[str, Any], aim_rows: Sequence[Aim]) -> str:
