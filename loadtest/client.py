@@ -24,6 +24,7 @@ DECISION_HEADERS = {
     "difficulty": "x-thinktier-difficulty",
     "thinking_budget": "x-thinktier-thinking-budget",
     "degraded": "x-thinktier-degraded",
+    "borrowed": "x-thinktier-borrowed",
 }
 REASONING_FIELDS = ("reasoning", "reasoning_content")
 
@@ -110,6 +111,11 @@ class RequestResult:
     @property
     def degraded(self) -> bool:
         return bool(self.decision.get("degraded"))
+
+    @property
+    def borrowed(self) -> bool:
+        """Served on capacity another tier lent (x-thinktier-borrowed)."""
+        return bool(self.decision.get("borrowed"))
 
     @property
     def thought(self) -> bool:

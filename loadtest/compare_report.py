@@ -56,6 +56,7 @@ METRICS: tuple[Metric, ...] = (
     ),
     Metric("thinking tokens/req", lambda r: r.overall.thinking_tokens_mean, False),
     Metric("degraded", lambda r: float(r.overall.degraded), False),
+    Metric("borrowed", lambda r: float(r.overall.borrowed), False),
     Metric("no answer", lambda r: float(r.overall.no_answer), False),
     Metric("shed (429)", lambda r: float(r.overall.shed), False),
     Metric("errors", lambda r: float(r.overall.errors), False),

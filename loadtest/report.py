@@ -64,6 +64,8 @@ class ClassStats(BaseModel):
     """Failed for any other reason (other HTTP status, broken stream, timeout)."""
     degraded: int
     """Served, but with a smaller budget or on another tier than asked (x-thinktier-degraded)."""
+    borrowed: int = 0
+    """Served with their own budget on capacity another tier lent (x-thinktier-borrowed)."""
     no_answer: int
     """Completed without a single answer (content) token, e.g. all budget spent thinking."""
     ttft_s: Percentiles
@@ -184,6 +186,7 @@ def class_stats(results: Sequence[RequestResult], slos: dict[DifficultyClass, SL
         shed=sum(r.shed for r in results),
         errors=sum((not r.ok) and not r.shed for r in results),
         degraded=sum(r.degraded for r in results),
+        borrowed=sum(r.borrowed for r in results),
         no_answer=sum(r.ttfvt_s is None for r in ok),
         ttft_s=Percentiles.of([r.ttft_s for r in ok if r.ttft_s is not None]),
         ttfvt_s=Percentiles.of([r.ttfvt_s for r in ok if r.ttfvt_s is not None]),

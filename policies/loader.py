@@ -260,7 +260,8 @@ def _problems(errors: list[ErrorDetails], root: yaml.Node, file: str) -> list[Po
             where, text = loc, message
             leading = _LEADING_PATH.match(message) if err["type"] == "value_error" else None
             if leading:
-                where, text = (*loc, *leading["path"].split(".")), message[leading.end() :]
+                path = (int(part) if part.isdigit() else part for part in leading["path"].split("."))
+                where, text = (*loc, *path), message[leading.end() :]
             on_key = err["type"] == "extra_forbidden" or (bool(where) and where[-1] == KEY_MARK)
             node = _node_at(root, tuple(p for p in where if p != KEY_MARK), want_key=on_key)
             field = ".".join(str(p) for p in where if p != KEY_MARK)
@@ -293,21 +294,32 @@ def parse_policy(text: str, file: str = "<policy>") -> Policy:
     return policy
 
 
+def _child(node: Any, key: str, knob: str) -> Any:
+    """`node[key]` of a policy's data: a field of a mapping, or an item of a list by its index."""
+    if isinstance(node, list) and key.isdigit() and int(key) < len(node):
+        return node[int(key)]
+    if isinstance(node, dict) and key in node:
+        return node[key]
+    have = sorted(node) if isinstance(node, dict) else f"{len(node)} list items" if isinstance(node, list) else node
+    raise ValueError(f"{knob}: {key!r} is not a field here; found {have}")
+
+
 def with_setting(policy: Policy, knob: str, value: str) -> Policy:
-    """The policy with one dotted field set (e.g. tiers.reasoning.engine.scheduling_policy=fcfs), validated again.
-    `value` is JSON (numbers, true/false/null, lists, objects) or a bare word such as fcfs."""
+    """The policy with one dotted field set (e.g. tiers.reasoning.engine.scheduling_policy=fcfs; a number indexes a
+    list: lending.0.max_share=0.25), validated again. `value` is JSON (numbers, true/false/null, lists, objects) or a
+    bare word such as fcfs."""
     data = copy.deepcopy(policy.model_dump(mode="json"))
     node: Any = data
     *path, last = knob.split(".")
     for key in path:
-        if not isinstance(node, dict) or key not in node:
-            have = sorted(node) if isinstance(node, dict) else node
-            raise ValueError(f"{knob}: {key!r} is not a field here; found {have}")
-        node = node[key]
+        node = _child(node, key, knob)
+    if isinstance(node, list):
+        _child(node, last, knob)  # an item that exists
     try:
-        node[last] = json.loads(value)
+        parsed = json.loads(value)
     except json.JSONDecodeError:
-        node[last] = value
+        parsed = value
+    node[int(last) if isinstance(node, list) else last] = parsed
     return parse_policy(json.dumps(data), f"{knob}={value}")
 
 

@@ -63,6 +63,13 @@ class Decision:
     """Agreeing samples that stop the others; `samples` when nothing stops early."""
     certainty_agree: int | None = None
     """Agreeing probes that end the thinking (certainty exit); None when it is off."""
+    home: str | None = None
+    """The tier whose request this is, when it runs on capacity `tier` lends (policy `lending`); None otherwise."""
+
+    @property
+    def home_tier(self) -> str:
+        """The tier whose budgets, prompt limit and voting settings the request has."""
+        return self.home or self.tier
 
     def headers(self) -> dict[str, str]:
         """Response headers that make the decision visible to the client."""
@@ -80,4 +87,6 @@ class Decision:
             headers["difficulty-score"] = f"{self.score:.4f}"
         if self.degraded:
             headers["degraded"] = self.degraded
+        if self.home:
+            headers["borrowed"] = self.home
         return {HEADER_PREFIX + k: v for k, v in headers.items()}

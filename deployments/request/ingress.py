@@ -20,6 +20,7 @@ from ray.serve.handle import DeploymentHandle
 from thinktier.deployments.request import openai_api as oa
 from thinktier.deployments.request.admission import Admission, Slot, bearer_key, matches
 from thinktier.deployments.request.decision import HEADER_PREFIX, Decision, RoutingRequest
+from thinktier.deployments.request.lending import returned
 from thinktier.deployments.request.load_board import DEPARTED, BoardSlots, LoadBoard
 from thinktier.deployments.request.metrics import IngressSnapshot, ServiceMetrics
 from thinktier.deployments.request.routing import Overloaded, TierLoad, decide, failover
@@ -306,6 +307,8 @@ class Ingress:
         self.metrics.decisions.labels(decision.tier, decision.effort, decision.reason).inc()
         if decision.degraded:
             self.metrics.degraded.labels(decision.degraded.split(":")[0]).inc()
+        if decision.home:
+            self.metrics.borrowed.labels(decision.home, decision.tier).inc()
         return decision, routing
 
     async def _serve(self, request: Request, kind: type[oa.OpenAIRequest]) -> Response:
@@ -361,12 +364,17 @@ class Ingress:
         slot: Slot, request_id: str, policy: Policy,
     ) -> Response:
         """The decided tier serves the request; a tier that is down, or that failed it twice before anything was sent,
-        hands it to the chat tier with thinking off where the policy allows (routing.failover)."""
-        if self._down(decision.tier):
+        hands it to the chat tier with thinking off where the policy allows (routing.failover). A borrowed request goes
+        back to its own tier instead."""
+        if self._down(decision.tier) and decision.home:
+            decision = returned(policy, decision)
+        elif self._down(decision.tier):
             decision = self._failover(routing, decision, "tier_down", policy) or decision
         try:
             return await self._dispatch(parsed, kind, decision, slot, request_id, policy)
         except TierFailed:
+            if decision.home:
+                return await self._dispatch(parsed, kind, returned(policy, decision), slot, request_id, policy)
             fallback = self._failover(routing, decision, "tier_failed", policy)
             if fallback is None:
                 raise
@@ -385,7 +393,7 @@ class Ingress:
         policy: Policy,
     ) -> Response:
         chat = kind is oa.ChatCompletionRequest
-        tier = policy.tiers[decision.tier]
+        tier = policy.tiers[decision.home_tier]  # a borrowed request keeps its own tier's limits and settings
         tier_request = TierRequest(
             request_id=request_id,  # call_tier makes it unique per attempt: the engine keys its requests (and aborts) by it
             thinking_tokens=decision.thinking_tokens,
@@ -405,6 +413,7 @@ class Ingress:
             text_similarity=tier.voting.text_similarity,
             certainty_exit=certainty_exit(tier.early_exit, decision.certainty_agree),
             progress=parsed.stream,
+            borrowed=decision.home is not None,
         )
         tracker = _Request(self.metrics, decision)
         model = policy.served_name(decision.tier)

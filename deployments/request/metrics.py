@@ -96,6 +96,10 @@ class ServiceMetrics:
             "admitted, or throttled at the tenant's concurrency limit.", ["tenant", "outcome"], registry=r,
         )
         self.degraded = Counter(f"{PREFIX}degraded_requests", "Requests served degraded, by mode.", ["mode"], registry=r)
+        self.borrowed = Counter(
+            f"{PREFIX}borrowed_requests", "Requests of tier `home` served on capacity tier `lender` lent (policy lending).",
+            ["home", "lender"], registry=r,
+        )
         self.classifier_timeouts = Counter(
             f"{PREFIX}classifier_timeouts", "Requests routed without a difficulty score: the classifier passed its timeout.",
             registry=r,

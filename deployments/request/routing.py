@@ -2,7 +2,8 @@
 
 Steps, each small and testable alone: pick the tier and effort (request model name, classifier
 score, requested effort, policy default), clip the budgets to the policy and tenant, map the
-difficulty to a vLLM priority, then degrade when the chosen tier is saturated.
+difficulty to a vLLM priority, borrow another tier's idle capacity when the chosen tier is busy
+(lending.py), then degrade when the chosen tier is saturated and no tier could lend.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from thinktier.deployments.request.decision import Decision, DifficultyScore, RoutingRequest
+from thinktier.deployments.request.lending import borrow
 from thinktier.deployments.tier.replica_stats import ReplicaStats
 from thinktier.policies.schema import EFFORTS, DifficultyClass, Effort, Policy
 
@@ -172,4 +174,5 @@ def decide(
 ) -> Decision:
     tier, effort, reason = choose_tier(policy, request, difficulty)
     decision = budget_decision(policy, request, tier, effort, reason, difficulty)
-    return degrade(policy, request, decision, loads)
+    borrowed = borrow(policy, decision, {name: load.replicas for name, load in loads.items()})
+    return borrowed or degrade(policy, request, decision, loads)

@@ -42,6 +42,7 @@ OFFLOAD_LOAD_BYTES = "vllm:kv_offload_load_bytes"
 class _Running:
     started: float
     difficulty: DifficultyClass
+    borrowed: bool = False
     thinking_tokens: int = 0
 
 
@@ -228,8 +229,14 @@ class TierEngine:
         if self.delimiters is None:
             return ids
         opened = text.endswith(self.delimiters.start + "\n")
-        budget = request.thinking_tokens if self.tier.thinking else 0  # empty_thinking: the section closed at once
+        budget = request.thinking_tokens if self.thinks(request) else 0  # empty_thinking: the section closed at once
         return open_section(ids, self.thinking_tokens, opened, budget)
+
+    def thinks(self, request: TierRequest) -> bool:
+        """Whether `request` writes a thinking section here: on a thinking tier, or borrowed onto a tier that serves a
+        reasoning model with its thinking off (empty_thinking), when its budget allows thinking."""
+        can = self.tier.thinking or (request.borrowed and self.delimiters is not None)
+        return can and request.thinking_tokens > 0
 
     def _sampling_params(self, request: TierRequest, limits: DecodeLimits) -> Any:
         from vllm import SamplingParams
@@ -263,8 +270,8 @@ class TierEngine:
         whose probes became certain of the answer (certainty exit), gets the section closed for it and is asked for
         the answer in a second decode over the same prefix, so no request ends without an answer."""
         prompt_ids = self.render_prompt(request)
-        thinking = self.tier.thinking and request.thinking_tokens > 0
-        running = _Running(started=time.monotonic(), difficulty=request.difficulty)
+        thinking = self.thinks(request)
+        running = _Running(started=time.monotonic(), difficulty=request.difficulty, borrowed=request.borrowed)
         self._running[request.request_id] = running
         split = ReasoningSplitter(thinking, self.thinking_tokens.end_id, request.thinking_tokens, request.answer_tokens)
         certainty = CertaintyTracker(request.certainty_exit) if thinking and request.certainty_exit else None
@@ -374,6 +381,7 @@ class TierEngine:
             num_waiting=self._stats.num_waiting,
             num_stragglers=stragglers,
             num_long_running=sum(1 for r in self._running.values() if r.difficulty == "hard"),
+            num_borrowed=sum(1 for r in self._running.values() if r.borrowed),
             num_preemptions_total=self._stats.num_preemptions_total,
             prefix_cache_queries_total=self._stats.prefix_cache_queries_total,
             prefix_cache_hits_total=self._stats.prefix_cache_hits_total,

@@ -51,6 +51,9 @@ class TierRequest:
     certainty_exit: EarlyExit | None = None
     """Probe the answer during thinking and stop thinking once it is certain (one-sample decodes): the tier's settings,
     with the request's agreement count."""
+    borrowed: bool = False
+    """Another tier's request, run on capacity this tier lends: it thinks with its own budget even on a tier whose own
+    requests do not think (one that serves the same reasoning model with empty_thinking)."""
     progress: bool = True
     """Self-consistency streamed: one sample's reasoning as progress, then the voted answer. False (a non-streamed
     request): the chosen sample's own reasoning with the answer."""

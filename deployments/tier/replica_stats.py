@@ -18,6 +18,8 @@ class ReplicaStats:
     """Running requests past the policy's straggler limit (thinking tokens or elapsed time)."""
     num_long_running: int = 0
     """Running requests of the hard class (the ones that will grow long)."""
+    num_borrowed: int = 0
+    """Decodes of borrowed requests: another tier's, run on capacity this tier lends (policy `lending`)."""
     num_preemptions_total: int = 0
     prefix_cache_queries_total: int = 0
     """Prompt tokens looked up in the prefix cache since the engine started."""

@@ -102,6 +102,8 @@ def result_of(request: SimRequest) -> RequestResult:
     """A simulated request as the load test records a real one."""
     result = RequestResult(request.index, request.request_class, request.prompt_id, request.arrival_s)
     result.decision = {"tier": request.tier or "", "degraded": request.degraded or ""}
+    if request.home:
+        result.decision["borrowed"] = request.home
     if request.shed:
         result.status, result.error = 429, "HTTP 429: saturated"
         return result

@@ -233,7 +233,7 @@ class Simulation:
             request.shed = True
             return request
         tier = self.tiers[decision.tier]
-        request.tier, request.degraded = decision.tier, decision.degraded
+        request.tier, request.degraded, request.home = decision.tier, decision.degraded, decision.home
         request.priority, request.hard = decision.priority, decision.difficulty == "hard"
         request.thinking_tokens = min(thinking, decision.thinking_tokens)
         request.answer_tokens = min(answer, decision.answer_tokens)

@@ -42,6 +42,8 @@ class SimRequest:
     tier: str | None = None
     replica: str | None = None
     degraded: str | None = None
+    home: str | None = None
+    """The request's own tier, when it ran on capacity `tier` lent (policy lending)."""
     shed: bool = False
     generated: int = 0
     preemptions: int = 0
@@ -99,6 +101,7 @@ class SimReplica:
             num_waiting=len(self.waiting),
             num_stragglers=stragglers,
             num_long_running=sum(r.hard for r in self.running),
+            num_borrowed=sum(r.home is not None for r in self.running) + sum(r.home is not None for _, r in self.waiting),
             num_preemptions_total=self.preemptions_total,
         )
 

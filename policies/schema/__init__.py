@@ -5,7 +5,7 @@ text. Validation, defaults, the Ray Serve config, the Helm values and the JSON
 Schema for editors are all derived from these models; nothing restates them.
 
 One module per part of the policy (base: what they all share; engine and pool: a tier's replicas; budgets;
-autoscaling; tier; routing; slos; server: the endpoint and its tenants; policy: the whole file); every public
+autoscaling; tier; routing; lending; slos; server: the endpoint and its tenants; policy: the whole file); every public
 name is importable from here.
 """
 
@@ -15,6 +15,7 @@ from thinktier.policies.schema.autoscaling import Autoscaling, RouterWeights, St
 from thinktier.policies.schema.base import DEPLOY_TIME, EFFORTS, DifficultyClass, Effort, StrictModel, is_deploy_time
 from thinktier.policies.schema.budgets import DYNASOR_PROBE, Budget, EarlyExit, Voting
 from thinktier.policies.schema.engine import BudgetProcessor, EngineArgs, KVCacheDType, KVOffloading
+from thinktier.policies.schema.lending import Lending
 from thinktier.policies.schema.policy import Policy
 from thinktier.policies.schema.pool import Accelerator, Pool, Replicas
 from thinktier.policies.schema.routing import Classifier, Degradation, Routing, Thresholds
@@ -41,6 +42,7 @@ __all__ = [
     "EngineArgs",
     "KVCacheDType",
     "KVOffloading",
+    "Lending",
     "Policy",
     "Pool",
     "Replicas",

@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from thinktier.policies.schema.base import DifficultyClass, StrictModel
+from thinktier.policies.schema.lending import Lending
 from thinktier.policies.schema.routing import Degradation, Routing
 from thinktier.policies.schema.server import ANONYMOUS, Server, Tenant
 from thinktier.policies.schema.slos import SLO, default_slos
@@ -23,6 +24,11 @@ class Policy(StrictModel):
     degradation: Degradation = Field(default_factory=Degradation)
     slos: dict[DifficultyClass, SLO] = Field(default_factory=default_slos)
     tenants: dict[str, Tenant] = Field(default_factory=dict)
+    lending: list[Lending] = Field(
+        default_factory=list,
+        description="Tiers that lend idle capacity to another tier's requests (a borrowed request keeps its budget and "
+        "runs at the lender's lowest priority); budgets are cut (degradation) only when no tier can lend.",
+    )
 
     @model_validator(mode="after")
     def _routes_exist(self) -> Policy:
@@ -39,9 +45,46 @@ class Policy(StrictModel):
         if len(set(served)) != len(served):
             problems.append(f"tiers: served model names must be unique; got {served}")
         problems += self._tenant_problems()
+        problems += [problem for i, rule in enumerate(self.lending) for problem in self._lending_problems(i, rule)]
+        pairs = [(rule.lender, rule.borrower) for rule in self.lending]
+        if len(set(pairs)) != len(pairs):
+            problems.append(f"lending: each lender and borrower pair once; got {pairs}")
         if problems:
             raise ValueError("\n".join(problems))
         return self
+
+    def _lending_problems(self, index: int, rule: Lending) -> list[str]:
+        """Why tier `rule.lender` cannot serve `rule.borrower`'s requests as they are, if it cannot."""
+        at = f"lending.{index}"
+        missing = [f"{at}.{field}: tier {name!r} does not exist; tiers are {sorted(self.tiers)}"
+                   for field, name in (("lender", rule.lender), ("borrower", rule.borrower)) if name not in self.tiers]
+        if missing:
+            return missing
+        if rule.lender == rule.borrower:
+            return [f"{at}: a tier lends to another tier; lender and borrower are both {rule.lender!r}"]
+        lender, borrower = self.tiers[rule.lender], self.tiers[rule.borrower]
+        problems = []
+        thinks = any(budget.thinking_tokens > 0 for budget in borrower.budgets.values())
+        if thinks and not lender.thinking and not (lender.empty_thinking and lender.model == borrower.model):
+            problems.append(
+                f"{at}: tier {rule.lender!r} cannot think ({lender.model} with thinking: false), so it cannot run "
+                f"{rule.borrower!r}'s requests with their thinking budgets; lending goes one way here (lender: "
+                f"{rule.borrower}, borrower: {rule.lender}), or serve the borrower's model on {rule.lender!r} with "
+                "empty_thinking: true"
+            )
+        need = borrower.max_prompt_tokens + max(b.thinking_tokens + b.answer_tokens for b in borrower.budgets.values()) + 1
+        if lender.engine.max_model_len < need:
+            problems.append(
+                f"{at}: tier {rule.lender!r} has engine.max_model_len {lender.engine.max_model_len}; {rule.borrower!r}'s "
+                f"largest request needs {need} (its max_prompt_tokens + thinking + answer + 1): raise the lender's "
+                "max_model_len or lower the borrower's budgets"
+            )
+        if lender.engine.scheduling_policy != "priority":
+            problems.append(
+                f"{at}: tier {rule.lender!r} schedules FCFS, so borrowed requests would hold its capacity ahead of its "
+                "own; set its engine.scheduling_policy: priority (borrowed requests run at its lowest priority)"
+            )
+        return problems
 
     def _tenant_problems(self) -> list[str]:
         problems = [

@@ -1,4 +1,4 @@
-"""The router's decision: thresholds, clipping, priorities and degradation, exactly as the policy says."""
+"""The router's decision: thresholds, clipping, priorities, borrowing and degradation, exactly as the policy says."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 
 from thinktier.deployments.request.decision import DifficultyScore, RoutingRequest
+from thinktier.deployments.request.lending import returned
 from thinktier.deployments.request.routing import Overloaded, TierLoad, decide
 from thinktier.deployments.tier.replica_stats import ReplicaStats
-from thinktier.policies.loader import load_policy
+from thinktier.policies.loader import load_policy, with_setting
 
 POLICY = load_policy()  # the embedded default: thresholds 0.3 / 0.6 / 0.8
 BUDGETS = POLICY.tiers["reasoning"].budgets
@@ -133,3 +134,52 @@ def test_a_one_pool_policy_with_a_classifier_answers_a_prompt_that_needs_no_reas
     assert no_reasoning.answer_tokens == classified.tiers["reasoning"].budgets["low"].answer_tokens
     easy = decide(classified, RoutingRequest(prompt="2+2?"), score(0.3), {})
     assert easy.thinking_tokens == classified.tiers["reasoning"].budgets["low"].thinking_tokens > 0
+
+
+LENDING = with_setting(with_setting(POLICY, "tiers.chat.empty_thinking", "true"), "lending",
+                       '[{"lender": "chat", "borrower": "reasoning", "max_share": 0.25}]')
+BUSY = TierLoad((ReplicaStats(kv_occupancy=0.92), ReplicaStats(kv_occupancy=0.3, num_waiting=2)))
+
+
+def test_a_busy_tier_borrows_an_idle_tier_at_its_lowest_priority_and_keeps_its_own_budget() -> None:
+    request = RoutingRequest(prompt="p", reasoning_effort="high")
+    own = decide(LENDING, request, None, {})
+    borrowed = decide(LENDING, request, None, {"reasoning": BUSY, "chat": IDLE})
+    assert (borrowed.tier, borrowed.home, borrowed.degraded) == ("chat", "reasoning", None)
+    assert (borrowed.thinking_tokens, borrowed.answer_tokens) == (own.thinking_tokens, own.answer_tokens)
+    assert borrowed.priority > max(LENDING.routing.priority.values())  # after every request of the chat tier's own
+    assert borrowed.headers()["x-thinktier-borrowed"] == "reasoning"
+    assert returned(LENDING, borrowed) == own  # given back when the lender is down: its own tier and priority again
+    easy = decide(LENDING, RoutingRequest(prompt="p", reasoning_effort="low"), None, {"reasoning": BUSY, "chat": IDLE})
+    assert easy.priority < borrowed.priority  # borrowed requests keep their own order among themselves
+
+
+def test_no_borrowing_while_the_own_tier_has_room_or_the_lender_has_none() -> None:
+    request = RoutingRequest(prompt="p", reasoning_effort="high")
+    roomy = TierLoad((ReplicaStats(kv_occupancy=0.92), ReplicaStats(kv_occupancy=0.5)))
+    assert decide(LENDING, request, None, {"reasoning": roomy, "chat": IDLE}).home is None
+    lender_busy = TierLoad((ReplicaStats(kv_occupancy=0.6),))  # above lend_below_kv_occupancy (0.5)
+    assert decide(LENDING, request, None, {"reasoning": BUSY, "chat": lender_busy}).home is None
+    slots = LENDING.tiers["chat"].engine.max_num_seqs
+    lent_out = TierLoad((ReplicaStats(kv_occupancy=0.1, num_borrowed=slots // 4),))  # its 25 % share taken
+    assert decide(LENDING, request, None, {"reasoning": BUSY, "chat": lent_out}).home is None
+    assert decide(LENDING, request, None, {"chat": IDLE}).home is None  # no report from the own tier: nothing known
+    whole = with_setting(LENDING, "lending.0.max_share", "1")  # a list item set by its index, as --set and --sweep do
+    assert decide(whole, request, None, {"reasoning": BUSY, "chat": lent_out}).home == "reasoning"
+
+
+def test_budgets_are_cut_only_when_no_tier_can_lend() -> None:
+    request = RoutingRequest(prompt="p", reasoning_effort="high")
+    lent = decide(LENDING, request, None, {"reasoning": FULL, "chat": IDLE})
+    assert (lent.tier, lent.effort, lent.degraded) == ("chat", "high", None)
+    lent_out = TierLoad((ReplicaStats(kv_occupancy=0.1, num_borrowed=16),))
+    cut = decide(LENDING, request, None, {"reasoning": FULL, "chat": lent_out})
+    assert (cut.tier, cut.effort, cut.degraded) == ("reasoning", "low", "budget:low")
+
+
+def test_under_the_deadline_order_a_borrowed_request_sorts_after_every_own_request() -> None:
+    deadline = with_setting(LENDING, "routing.priority_order", "deadline")
+    late = RoutingRequest(prompt="p", reasoning_effort="low", arrival_s=10**6)
+    borrowed = decide(deadline, RoutingRequest(prompt="p", arrival_s=0.0), score(0.95), {"reasoning": BUSY, "chat": IDLE})
+    own = decide(deadline, late, None, {})
+    assert borrowed.home == "reasoning" and borrowed.priority > own.priority

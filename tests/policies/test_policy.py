@@ -360,3 +360,49 @@ def test_empty_thinking_on_a_thinking_tier_is_refused_with_the_fix() -> None:
     found = problems(edit("  reasoning:\n", "  reasoning:\n    empty_thinking: true\n"))
     assert found == ["p.yaml:4:21: tiers.reasoning.empty_thinking: applies to tiers with thinking: false (a thinking tier "
                      "opens the section itself); remove it or set thinking: false"]
+
+
+# --- lending -------------------------------------------------------------------------------------
+
+LENDING = "tenants:\n  acme: {api_key_env: THINKTIER_KEY_ACME}\nlending:\n  - {lender: chat, borrower: reasoning}\n"
+
+
+def test_a_tier_that_cannot_think_cannot_lend_to_a_thinking_tier_and_the_error_says_which_way_works() -> None:
+    text = BASE.replace("tenants:\n  acme: {api_key_env: THINKTIER_KEY_ACME}\n", LENDING)
+    assert problems(text) == [
+        "p.yaml:31:5: lending.0: tier 'chat' cannot think (builtin:smollm2-135m-think with thinking: false), so it "
+        "cannot run 'reasoning''s requests with their thinking budgets; lending goes one way here (lender: reasoning, "
+        "borrower: chat), or serve the borrower's model on 'chat' with empty_thinking: true"
+    ]
+    reversed_rule = text.replace("{lender: chat, borrower: reasoning}", "{lender: reasoning, borrower: chat}")
+    assert parse_policy(reversed_rule, "p.yaml").lending[0].lender == "reasoning"
+    same_model = edit("    thinking: false\n", "    thinking: false\n    empty_thinking: true\n", text)
+    assert parse_policy(same_model, "p.yaml").lending[0].lender == "chat"
+
+
+def test_a_lender_must_fit_the_borrowers_largest_request_and_schedule_by_priority() -> None:
+    text = BASE.replace("tenants:\n  acme: {api_key_env: THINKTIER_KEY_ACME}\n", LENDING.replace(
+        "{lender: chat, borrower: reasoning}", "{lender: reasoning, borrower: chat}"))
+    text = edit("      cpu_threads: \"0\"\n", "      cpu_threads: \"0\"\n      scheduling_policy: fcfs\n", text)
+    text = edit("engine: {max_model_len: 2048, kv_cache", "engine: {max_model_len: 2048, max_num_seqs: 4, kv_cache", text)
+    small = edit("      max_model_len: 2048\n", "      max_model_len: 640\n", text)
+    for effort, budget in (("low", "64, answer_tokens: 128"), ("medium", "192, answer_tokens: 192"),
+                           ("high", "512, answer_tokens: 256")):
+        small = edit(f"{effort}: {{thinking_tokens: {budget}}}", f"{effort}: {{thinking_tokens: 0, answer_tokens: 64}}",
+                     small)
+    found = problems(small)
+    assert found == [
+        "p.yaml:32:5: lending.0: tier 'reasoning' has engine.max_model_len 640; 'chat''s largest request needs 1281 "
+        "(its max_prompt_tokens + thinking + answer + 1): raise the lender's max_model_len or lower the borrower's budgets",
+        "p.yaml:32:5: lending.0: tier 'reasoning' schedules FCFS, so borrowed requests would hold its capacity ahead of "
+        "its own; set its engine.scheduling_policy: priority (borrowed requests run at its lowest priority)",
+    ]
+
+
+def test_lending_names_existing_tiers_once() -> None:
+    text = BASE.replace("tenants:\n  acme: {api_key_env: THINKTIER_KEY_ACME}\n",
+                        "lending:\n  - {lender: reasoning, borrower: chatty}\n  - {lender: reasoning, borrower: reasoning}\n")
+    assert problems(text) == [
+        "p.yaml:29:35: lending.0.borrower: tier 'chatty' does not exist; tiers are ['chat', 'reasoning']",
+        "p.yaml:30:5: lending.1: a tier lends to another tier; lender and borrower are both 'reasoning'",
+    ]

@@ -1,0 +1,34 @@
+"""Tiers that lend idle capacity to each other's requests, instead of cutting budgets while capacity idles.
+
+Modelled on cluster schedulers' elastic queues (Kueue cohorts with borrowing limits, YARN's capacity scheduler): a
+tier whose replicas are all busy may run a request on another tier that has room, up to a share of that tier's decode
+slots. A borrowed request keeps its own budget and runs at the lender's lowest vLLM priority, so the lender's own
+requests are scheduled first and a borrowed request is the first preempted when the lender's own work arrives.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from thinktier.policies.schema.base import StrictModel
+
+
+class Lending(StrictModel):
+    """One tier lending capacity to another tier's requests (one direction; add a second rule for the other)."""
+
+    lender: str = Field(description="Tier whose idle capacity is lent.")
+    borrower: str = Field(description="Tier whose requests may run on the lender when its own replicas are busy.")
+    max_share: float = Field(
+        0.5, gt=0, le=1,
+        description="Most of the lender's decode slots (engine.max_num_seqs x its live replicas) that borrowed requests "
+        "may hold at once, as the lender's replicas last reported them.",
+    )
+    lend_below_kv_occupancy: float = Field(
+        0.5, gt=0, le=1,
+        description="The lender lends while one of its replicas has less KV in use than this and no request waiting.",
+    )
+    borrow_above_kv_occupancy: float = Field(
+        0.9, gt=0, le=1,
+        description="The borrower borrows when every replica of its tier has at least this much KV in use or a request "
+        "waiting (none could start the request now).",
+    )
