@@ -1,4 +1,4 @@
-"""`thinktier loadtest compare`: the comparison matrix's five targets started in turn on one workload
+"""`thinktier loadtest compare`: the comparison matrix's targets started in turn on one workload
 (thinktier.loadtest.compare)."""
 
 from __future__ import annotations
@@ -64,6 +64,9 @@ def _compare(args: argparse.Namespace) -> int:
              Path(args.single_pool_policy).name + "".join(f" --pool-set {k}={v}" for k, v in args.pool_set))
     targets = [t for t in lineup(policy, pool, out, names, args.ray_llm_tier, args.ray_llm_cpu_threads)
                if t.name in args.targets]
+    if "tiered-lending" in args.targets and not policy.lending:
+        print(f"loadtest compare: tiered-lending left out: {args.policy} has no lending rules (add `lending:` to "
+              "compare tiers that lend idle capacity)", file=sys.stderr)
     if args.temperature is None:  # every target samples alike: thinktier's default, sent explicitly
         from thinktier.deployments.request.openai_api import OpenAIRequest
 
@@ -95,17 +98,18 @@ def _compare(args: argparse.Namespace) -> int:
 def add_compare(commands: argparse._SubParsersAction) -> None:
     cmp = commands.add_parser(
         "compare",
-        help="start the five targets of the comparison matrix in turn and compare them on one workload",
+        help="start the targets of the comparison matrix in turn and compare them on one workload",
         description="Start each target on this machine, one after the other; run against each, back to back, the "
         "first seed at every --rate, then every --repeat-seeds seed at the middle rate; stop it; and write "
         "compare.md / compare.json with every metric side by side as a ratio to the baseline (taken within a "
         "seed), with the median and range over the seeds, plus TARGET/seed-S/ per target and seed (report, raw "
         "requests, plots). The targets isolate one mechanism each: one-pool (--single-pool-policy: every request one "
         "budget), one-pool-budgets (that pool's tier with --policy's classifier, per-class budgets and priorities, "
-        "no chat tier), tiered-no-degradation (--policy, no budget cut, no chat fallback, no shedding), tiered "
+        "no chat tier), tiered-no-degradation (--policy, no budget cut, no chat fallback, no shedding, no lending), "
+        "tiered-lending (--policy's lending rules, degradation off; only where --policy has them), tiered "
         "(--policy as it ships), ray-serve-llm (Ray Serve LLM on the single pool's tier, each request the budget "
-        "--policy's classifier gives it, through vLLM's thinking_token_budget and max_tokens). The first three run "
-        "with degradation off; their policies are written to OUT/NAME-policy.yaml. The policy's slos judge every "
+        "--policy's classifier gives it, through vLLM's thinking_token_budget and max_tokens). The first four run "
+        "with degradation off; every target's policy is written to OUT/NAME/policy.yaml. The policy's slos judge every "
         "target. Each target takes minutes to start; run it on a quiet machine.",
     )
     cmp.add_argument(
@@ -154,7 +158,8 @@ def add_compare(commands: argparse._SubParsersAction) -> None:
         default=LINEUP,
         metavar="NAME[,NAME...]",
         help="targets to start, in this order; the report covers every target in --out, those of earlier runs into "
-        "the same folder included, so a matrix can be run a target at a time (default: all five)",
+        "the same folder included, so a matrix can be run a target at a time (default: all six; tiered-lending only "
+        "where --policy lends)",
     )
     cmp.add_argument(
         "--repeat-seeds",

@@ -12,7 +12,8 @@ from thinktier.policies.schema import Policy
 
 
 def summarize(policy: Policy) -> str:
-    """One line: the tiers (model, accelerator, replicas) and where requests that name no tier's model go."""
+    """One line: the tiers (model, accelerator, replicas), where requests that name no tier's model go, and which
+    tiers lend to which."""
     tiers = ", ".join(
         f"{name} ({tier.model} on {tier.pool.accelerator}, replicas {tier.replicas.min}-{tier.replicas.max}"
         f"{', thinking' if tier.thinking else ''})"
@@ -26,7 +27,9 @@ def summarize(policy: Policy) -> str:
     else:
         routes = f"no classifier: -> {routing.reasoning_tier} (effort from the request, else {routing.default_effort})"
     tenants = _count(len(policy.tenants), "tenant")
-    return f"{_count(len(policy.tiers), 'tier')}: {tiers}; requests naming no model: {routes}; {tenants}"
+    lending = "".join(f"; {rule.lender} lends to {rule.borrower} (up to {rule.max_share:.0%} of its slots)"
+                      for rule in policy.lending)
+    return f"{_count(len(policy.tiers), 'tier')}: {tiers}; requests naming no model: {routes}{lending}; {tenants}"
 
 
 def _count(n: int, noun: str) -> str:

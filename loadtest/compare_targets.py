@@ -1,12 +1,14 @@
-"""The comparison matrix's line-up: five servers on the same resources and load, each isolating one mechanism.
+"""The comparison matrix's line-up: six servers on the same resources and load, each isolating one mechanism.
 
 1. `one-pool`: one tier, every request the same budget (the single-pool policy as given), degradation off.
 2. `one-pool-budgets`: the single pool's tier and resources with the tiered policy's classifier, per-class budgets,
    scheduling and priorities, and no chat tier (prompts scored below `thresholds.reasoning` answer with thinking off):
    the value of budgets alone, against 1.
-3. `tiered-no-degradation`: the tiered policy with degradation off: the value of the split alone, against 2.
-4. `tiered`: the tiered policy as it ships: what degradation adds and costs, against 3.
-5. `ray-serve-llm`: Ray Serve LLM on the single pool's tier, each request given the budget the tiered policy's
+3. `tiered-no-degradation`: the tiered policy with degradation and lending off: the value of the split alone, against 2.
+4. `tiered-lending`: the tiered policy's lending with degradation off: the value of tiers lending idle capacity,
+   against 3 (only where the tiered policy has `lending` rules).
+5. `tiered`: the tiered policy as it ships: what degradation adds and costs, against 4 (or 3 without lending).
+6. `ray-serve-llm`: Ray Serve LLM on the single pool's tier, each request given the budget the tiered policy's
    classifier and budgets give it (vLLM's `thinking_token_budget` and `max_tokens`, scored before the load starts).
 
 Degradation off: no budget cut, no chat fallback, and the saturation thresholds at their maxima, so that a request
@@ -26,8 +28,8 @@ from thinktier.policies.loader import dump_policy, parse_policy
 from thinktier.policies.schema import Policy
 
 TargetKind = Literal["thinktier", "ray-serve-llm"]
-LINEUP = ("one-pool", "one-pool-budgets", "tiered-no-degradation", "tiered", "ray-serve-llm")
-"""The five targets, in the order they run and are reported."""
+LINEUP = ("one-pool", "one-pool-budgets", "tiered-no-degradation", "tiered-lending", "tiered", "ray-serve-llm")
+"""The six targets, in the order they run and are reported."""
 DEGRADATION_OFF: dict[str, object] = {
     "shrink_budget_to": None,
     "fallback_to_chat": False,
@@ -60,6 +62,10 @@ def without_degradation(policy: Policy) -> Policy:
     return parse_policy(json.dumps(data), "degradation off")
 
 
+def without_lending(policy: Policy) -> Policy:
+    return policy.model_copy(update={"lending": []})
+
+
 def one_pool_with_budgets(tiered: Policy, pool: Policy) -> Policy:
     """`pool`'s reasoning tier (model, engine, resources, replicas) under `tiered`'s classifier, thresholds,
     priorities, SLOs, and its reasoning tier's budgets and scheduling policy; no chat tier; degradation off."""
@@ -72,6 +78,7 @@ def one_pool_with_budgets(tiered: Policy, pool: Policy) -> Policy:
     data["tiers"] = {name: tier}
     data["routing"].update(reasoning_tier=name, chat_tier=None)
     data["degradation"].update(DEGRADATION_OFF)
+    data["lending"] = []
     return parse_policy(json.dumps(data), "one pool with the tiered policy's budgets")
 
 
@@ -79,9 +86,9 @@ def lineup(
     tiered: Policy, pool: Policy, out_dir: Path, names: tuple[str, str] = ("--policy", "--single-pool-policy"),
     peer_tier: str | None = None, peer_cpu_threads: str | None = None,
 ) -> list[CompareTarget]:
-    """The five targets of `LINEUP` from the tiered policy and the single pool's (`names` says where each came from);
-    every policy a target serves is written to OUT/NAME/policy.yaml (and the peer's budgets to
-    OUT/ray-serve-llm/budgets-policy.yaml)."""
+    """The targets of `LINEUP` from the tiered policy and the single pool's (`names` says where each came from),
+    `tiered-lending` only where the tiered policy lends; every policy a target serves is written to
+    OUT/NAME/policy.yaml (and the peer's budgets to OUT/ray-serve-llm/budgets-policy.yaml)."""
 
     def written(name: str, policy: Policy, file: str = "policy.yaml") -> str:
         path = out_dir / name / file
@@ -90,14 +97,20 @@ def lineup(
         return str(path)
 
     tiered_name, pool_name = names
+    lending = [
+        CompareTarget("tiered-lending", "thinktier", written("tiered-lending", without_degradation(tiered)),
+                      f"{tiered_name}'s lending with degradation off")
+    ] if tiered.lending else []
     return [
         CompareTarget("one-pool", "thinktier", written("one-pool", without_degradation(pool)),
                       f"{pool_name}: one tier, every request one budget; degradation off"),
         CompareTarget("one-pool-budgets", "thinktier", written("one-pool-budgets", one_pool_with_budgets(tiered, pool)),
                       f"{pool_name}'s tier with {tiered_name}'s classifier, per-class budgets and priorities, no chat "
                       "tier; degradation off"),
-        CompareTarget("tiered-no-degradation", "thinktier", written("tiered-no-degradation", without_degradation(tiered)),
-                      f"{tiered_name} with degradation off"),
+        CompareTarget("tiered-no-degradation", "thinktier",
+                      written("tiered-no-degradation", without_degradation(without_lending(tiered))),
+                      f"{tiered_name} with degradation and lending off"),
+        *lending,
         CompareTarget("tiered", "thinktier", written("tiered", tiered), f"{tiered_name} as given"),
         CompareTarget("ray-serve-llm", "ray-serve-llm", written("ray-serve-llm", pool),
                       f"Ray Serve LLM on {pool_name}'s tier, each request the budget of {tiered_name}'s classifier "

