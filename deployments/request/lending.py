@@ -28,17 +28,29 @@ def borrowed_offset(policy: Policy) -> int:
     return max(values) - min(values) + 1
 
 
+def _ongoing(replica: ReplicaStats) -> int:
+    return replica.num_running + replica.num_waiting
+
+
 def busy(replicas: tuple[ReplicaStats, ...], rule: Lending) -> bool:
-    """Whether no replica of the borrower's tier could start a request now."""
+    """Whether no replica of the borrower's tier could start a request now (KV nearly full or a queue), or, where the
+    rule counts requests, every replica holds its limit of them."""
+    crowded = rule.borrow_above_ongoing_requests
     return bool(replicas) and all(
-        r.kv_occupancy >= rule.borrow_above_kv_occupancy or r.num_waiting > 0 for r in replicas
+        r.kv_occupancy >= rule.borrow_above_kv_occupancy or r.num_waiting > 0
+        or (crowded is not None and _ongoing(r) >= crowded)
+        for r in replicas
     )
 
 
 def has_room(policy: Policy, replicas: tuple[ReplicaStats, ...], rule: Lending) -> bool:
     """Whether the lender has a replica with room and borrowed requests hold less than their share of its slots."""
     slots = policy.tiers[rule.lender].engine.max_num_seqs * len(replicas)
-    idle = any(r.kv_occupancy < rule.lend_below_kv_occupancy and r.num_waiting == 0 for r in replicas)
+    limit = rule.lend_below_ongoing_requests
+    idle = any(
+        r.kv_occupancy < rule.lend_below_kv_occupancy and r.num_waiting == 0 and (limit is None or _ongoing(r) < limit)
+        for r in replicas
+    )
     return idle and sum(r.num_borrowed for r in replicas) < rule.max_share * slots
 
 

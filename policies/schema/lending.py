@@ -25,10 +25,21 @@ class Lending(StrictModel):
     )
     lend_below_kv_occupancy: float = Field(
         0.5, gt=0, le=1,
-        description="The lender lends while one of its replicas has less KV in use than this and no request waiting.",
+        description="The lender lends while one of its replicas has less KV in use than this, no request waiting, and "
+        "fewer ongoing requests than lend_below_ongoing_requests where that is set.",
+    )
+    lend_below_ongoing_requests: int | None = Field(
+        None, ge=1,
+        description="Also needed of a lending replica: fewer ongoing requests (running and waiting) than this. For "
+        "engines bound by compute rather than KV (CPUs), where KV stays nearly empty while requests slow down.",
     )
     borrow_above_kv_occupancy: float = Field(
         0.9, gt=0, le=1,
         description="The borrower borrows when every replica of its tier has at least this much KV in use or a request "
-        "waiting (none could start the request now).",
+        "waiting (none could start the request now), or holds borrow_above_ongoing_requests where that is set.",
+    )
+    borrow_above_ongoing_requests: int | None = Field(
+        None, ge=1,
+        description="The borrower also counts as busy when every replica holds at least this many ongoing requests "
+        "(running and waiting): a compute-bound engine slows every request down before its KV fills.",
     )

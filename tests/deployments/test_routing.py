@@ -183,3 +183,14 @@ def test_under_the_deadline_order_a_borrowed_request_sorts_after_every_own_reque
     borrowed = decide(deadline, RoutingRequest(prompt="p", arrival_s=0.0), score(0.95), {"reasoning": BUSY, "chat": IDLE})
     own = decide(deadline, late, None, {})
     assert borrowed.home == "reasoning" and borrowed.priority > own.priority
+
+
+def test_a_compute_bound_tier_borrows_by_its_ongoing_requests_where_the_rule_counts_them() -> None:
+    counted = with_setting(LENDING, "lending.0.borrow_above_ongoing_requests", "8")
+    counted = with_setting(counted, "lending.0.lend_below_ongoing_requests", "4")
+    request = RoutingRequest(prompt="p", reasoning_effort="high")
+    crowded = TierLoad((ReplicaStats(kv_occupancy=0.05, num_running=8),))  # KV nearly empty: a CPU engine's picture
+    assert decide(LENDING, request, None, {"reasoning": crowded, "chat": IDLE}).home is None  # KV rules alone: no
+    assert decide(counted, request, None, {"reasoning": crowded, "chat": IDLE}).home == "reasoning"
+    lender_crowded = TierLoad((ReplicaStats(kv_occupancy=0.05, num_running=4),))
+    assert decide(counted, request, None, {"reasoning": crowded, "chat": lender_crowded}).home is None
