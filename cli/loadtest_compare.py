@@ -62,8 +62,7 @@ def _compare(args: argparse.Namespace) -> int:
     out = out_dir(args, "compare")
     names = (Path(args.policy).name + "".join(f" --set {k}={v}" for k, v in args.set),
              Path(args.single_pool_policy).name + "".join(f" --pool-set {k}={v}" for k, v in args.pool_set))
-    targets = [t for t in lineup(policy, pool, out, names, args.ray_llm_tier, args.ray_llm_cpu_threads)
-               if t.name in args.targets]
+    targets = lineup(policy, pool, out, names, args.ray_llm_tier, args.ray_llm_cpu_threads, args.targets)
     if "tiered-lending" in args.targets and not policy.lending:
         print(f"loadtest compare: tiered-lending left out: {args.policy} has no lending rules (add `lending:` to "
               "compare tiers that lend idle capacity)", file=sys.stderr)
@@ -157,9 +156,9 @@ def add_compare(commands: argparse._SubParsersAction) -> None:
         type=_targets,
         default=LINEUP,
         metavar="NAME[,NAME...]",
-        help="targets to start, in this order; the report covers every target in --out, those of earlier runs into "
-        "the same folder included, so a matrix can be run a target at a time (default: all six; tiered-lending only "
-        "where --policy lends)",
+        help="targets to start (they run in the line-up's order); the report covers every target in --out, those of "
+        "earlier runs into the same folder included, so a matrix can be run a target at a time (default: all six; "
+        "tiered-lending only where --policy lends)",
     )
     cmp.add_argument(
         "--repeat-seeds",

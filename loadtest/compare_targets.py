@@ -20,6 +20,7 @@ written beside the results, so the report names the exact file.
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -84,10 +85,10 @@ def one_pool_with_budgets(tiered: Policy, pool: Policy) -> Policy:
 
 def lineup(
     tiered: Policy, pool: Policy, out_dir: Path, names: tuple[str, str] = ("--policy", "--single-pool-policy"),
-    peer_tier: str | None = None, peer_cpu_threads: str | None = None,
+    peer_tier: str | None = None, peer_cpu_threads: str | None = None, chosen: Collection[str] = LINEUP,
 ) -> list[CompareTarget]:
-    """The targets of `LINEUP` from the tiered policy and the single pool's (`names` says where each came from),
-    `tiered-lending` only where the tiered policy lends; every policy a target serves is written to
+    """The `chosen` targets of `LINEUP` from the tiered policy and the single pool's (`names` says where each came
+    from), `tiered-lending` only where the tiered policy lends; the policy each serves is written to
     OUT/NAME/policy.yaml (and the peer's budgets to OUT/ray-serve-llm/budgets-policy.yaml)."""
 
     def written(name: str, policy: Policy, file: str = "policy.yaml") -> str:
@@ -97,24 +98,24 @@ def lineup(
         return str(path)
 
     tiered_name, pool_name = names
-    lending = [
-        CompareTarget("tiered-lending", "thinktier", written("tiered-lending", without_degradation(tiered)),
-                      f"{tiered_name}'s lending with degradation off")
-    ] if tiered.lending else []
-    return [
-        CompareTarget("one-pool", "thinktier", written("one-pool", without_degradation(pool)),
-                      f"{pool_name}: one tier, every request one budget; degradation off"),
-        CompareTarget("one-pool-budgets", "thinktier", written("one-pool-budgets", one_pool_with_budgets(tiered, pool)),
-                      f"{pool_name}'s tier with {tiered_name}'s classifier, per-class budgets and priorities, no chat "
-                      "tier; degradation off"),
-        CompareTarget("tiered-no-degradation", "thinktier",
-                      written("tiered-no-degradation", without_degradation(without_lending(tiered))),
-                      f"{tiered_name} with degradation and lending off"),
-        *lending,
-        CompareTarget("tiered", "thinktier", written("tiered", tiered), f"{tiered_name} as given"),
-        CompareTarget("ray-serve-llm", "ray-serve-llm", written("ray-serve-llm", pool),
-                      f"Ray Serve LLM on {pool_name}'s tier, each request the budget of {tiered_name}'s classifier "
-                      "and budgets",
-                      tier=peer_tier, cpu_threads=peer_cpu_threads,
-                      budgets_policy=written("ray-serve-llm", tiered, "budgets-policy.yaml")),
-    ]
+    served: dict[str, tuple[Policy, str]] = {
+        "one-pool": (without_degradation(pool), f"{pool_name}: one tier, every request one budget; degradation off"),
+        "one-pool-budgets": (one_pool_with_budgets(tiered, pool), f"{pool_name}'s tier with {tiered_name}'s classifier, "
+                             "per-class budgets and priorities, no chat tier; degradation off"),
+        "tiered-no-degradation": (without_degradation(without_lending(tiered)),
+                                  f"{tiered_name} with degradation and lending off"),
+        "tiered-lending": (without_degradation(tiered), f"{tiered_name}'s lending with degradation off"),
+        "tiered": (tiered, f"{tiered_name} as given"),
+    }
+    if not tiered.lending:
+        del served["tiered-lending"]
+    targets = [CompareTarget(name, "thinktier", written(name, policy), what)
+               for name, (policy, what) in served.items() if name in chosen]
+    if "ray-serve-llm" in chosen:
+        targets.append(CompareTarget(
+            "ray-serve-llm", "ray-serve-llm", written("ray-serve-llm", pool),
+            f"Ray Serve LLM on {pool_name}'s tier, each request the budget of {tiered_name}'s classifier and budgets",
+            tier=peer_tier, cpu_threads=peer_cpu_threads,
+            budgets_policy=written("ray-serve-llm", tiered, "budgets-policy.yaml"),
+        ))
+    return targets

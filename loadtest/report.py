@@ -303,8 +303,8 @@ def markdown(report: Report) -> str:
         "last arrival does not count against a target); undegraded goodput counts only requests served as asked.",
         "",
         "| run | offered req/s | achieved req/s | TPS | goodput req/s | undegraded goodput req/s | correct goodput req/s "
-        "| accuracy | SLO met | TTFVT p99 s | E2E p99 s | shed | degraded | errors |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| accuracy | SLO met | TTFVT p99 s | E2E p99 s | shed | degraded | borrowed | errors |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for run in report.runs:
         o = run.overall
@@ -312,7 +312,7 @@ def markdown(report: Report) -> str:
             f"| {run.label} | {_fmt(run.offered_rate_rps)} | {_fmt(run.achieved_rate_rps)} | {_fmt(run.tps, 1)} | "
             f"{_fmt(run.goodput_rps)} | {_fmt(run.undegraded_goodput_rps)} | {_fmt(run.correct_goodput_rps)} | "
             f"{_fmt(o.accuracy)} | {_fmt(o.slo_attainment)} | "
-            f"{_fmt(o.ttfvt_s.p99)} | {_fmt(o.e2e_s.p99)} | {o.shed} | {o.degraded} | {o.errors} |"
+            f"{_fmt(o.ttfvt_s.p99)} | {_fmt(o.e2e_s.p99)} | {o.shed} | {o.degraded} | {o.borrowed} | {o.errors} |"
         )
     for run in report.runs:
         window = "" if run.window_s is None else f", arrivals over {run.window_s:.1f} s"

@@ -1,15 +1,14 @@
 #!/bin/bash
 # The reasoner on one H200, from the repository root (../shared/gpu/README.md; payload split by
-# scripts/gpu_payload_split.sh). Four device calls, each within 30 s of the last (a machine idle for 30 s is given back):
+# scripts/gpu_payload_split.sh). Five device calls, each within 30 s of the last (a machine idle for 30 s is given back):
 #   1. carry [.gpu/c1, .gpu/whl, .gpu/tok, .gpu/s]:
 #        bash .gpu/s/stage1.sh && MINUTES=7.5 bash scripts/gpu_reasoner.sh train
 #      trains reasoner-small and reasoner-large ($SIZES, default both) from scratch side by side, each capped at
 #      $MINUTES (default 7.5), saves them in bfloat16 and puts them in $OUT within its 64 MiB: reasoner-small.tar,
-#      reasoner-large.tar.part-0N (join with cat) and train.log. Training needs no vLLM, only the wheels stage1.sh installs into /tmp/site. The large
-#      folder stays in /tmp for the bench.
-#   2. carry [.gpu/c2, .gpu/s]: cp .gpu/c2/* /tmp/stage/
-#   3. carry [.gpu/c3, .gpu/s]: cp .gpu/c3/* /tmp/stage/
-#   4. carry [.gpu/c4, .gpu/s]: cp .gpu/c4/* /tmp/stage/ && source .gpu/s/assemble.sh && bash scripts/gpu_reasoner.sh bench
+#      reasoner-large.tar.part-0N (join with cat) and train.log. Training needs no vLLM, only the wheels stage1.sh
+#      installs into /tmp/site. The large folder stays in /tmp for the bench.
+#   2-4. carry [.gpu/cN, .gpu/s] for N = 2, 3, 4: cp .gpu/cN/* /tmp/stage/
+#   5. carry [.gpu/c5, .gpu/s]: cp .gpu/c5/* /tmp/stage/ && source .gpu/s/assemble.sh && bash scripts/gpu_reasoner.sh bench
 #      measures /tmp/reasoner-large with vLLM on the GPU: $OUT/bench-large (results.json, README.md, the plot).
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=.:/tmp/site${PYTHONPATH:+:$PYTHONPATH}

@@ -263,8 +263,9 @@ def sweep_markdown(knob: str, rows: Sequence[tuple[str, PlanResult]], device_hou
         f"# thinktier plan: sweep of {knob}",
         "",
         "| value | goodput req/s | SLO attainment | easy TTFVT p99 s | medium TTFVT p99 s | hard E2E mean s | "
-        "hard E2E p50 s | hard E2E p99 s | device-hours | cost per 1,000 answers | preemptions | degraded | shed |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "hard E2E p50 s | hard E2E p99 s | device-hours | cost per 1,000 answers | preemptions | borrowed | degraded | "
+        "shed |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for value, result in rows:
         run = result.run
@@ -276,7 +277,7 @@ def sweep_markdown(knob: str, rows: Sequence[tuple[str, PlanResult]], device_hou
             _num(hard.e2e_s.mean if hard else None), _num(hard.e2e_s.p50 if hard else None),
             _num(hard.e2e_s.p99 if hard else None), f"{sum(t.device_hours for t in result.tiers):.2f}",
             "-" if cost is None else f"${cost:.3f}", str(sum(t.preemptions for t in result.tiers)),
-            str(run.overall.degraded), str(run.overall.shed),
+            str(run.overall.borrowed), str(run.overall.degraded), str(run.overall.shed),
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

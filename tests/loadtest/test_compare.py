@@ -23,7 +23,7 @@ from thinktier.loadtest.peer_budgets import per_class_options
 from thinktier.loadtest.report import build_report, write
 from thinktier.loadtest.runner import RunRecord
 from thinktier.loadtest.workload import Mix, Prompt
-from thinktier.policies.loader import load_policy
+from thinktier.policies.loader import load_policy, with_setting
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "policies" / "examples"
 TIERED = load_policy(EXAMPLES / "compare-tiered.yaml")
@@ -33,7 +33,8 @@ SATURATED = TierLoad((ReplicaStats(kv_occupancy=0.99, num_waiting=500),))
 
 
 def test_the_lineup_isolates_budgets_the_split_lending_and_degradation(tmp_path: Path) -> None:
-    targets = {t.name: t for t in lineup(TIERED, POOL, tmp_path)}
+    lending = with_setting(TIERED, "lending", '[{"lender": "chat", "borrower": "reasoning"}]')
+    targets = {t.name: t for t in lineup(lending, POOL, tmp_path)}
     assert tuple(targets) == LINEUP
     served = {name: load_policy(t.policy_path) for name, t in targets.items()}
     budgets = served["one-pool-budgets"]
@@ -54,7 +55,7 @@ def test_the_lineup_isolates_budgets_the_split_lending_and_degradation(tmp_path:
     assert decide(served["tiered-no-degradation"], hard, None, idle_chat).tier == "reasoning"  # the split alone
     assert decide(served["tiered-lending"], hard, None, idle_chat).home == "reasoning"  # lent by the chat tier
     assert not served["one-pool-budgets"].lending
-    no_lending = {t.name for t in lineup(TIERED.model_copy(update={"lending": []}), POOL, tmp_path / "plain")}
+    no_lending = {t.name for t in lineup(TIERED, POOL, tmp_path / "plain")}
     assert no_lending == set(LINEUP) - {"tiered-lending"}
     assert decide(served["tiered"], hard, None, {"reasoning": SATURATED}).degraded == "budget:low"
     with pytest.raises(Overloaded):
@@ -62,7 +63,10 @@ def test_the_lineup_isolates_budgets_the_split_lending_and_degradation(tmp_path:
                {"reasoning": SATURATED, "chat": SATURATED})
     peer = targets["ray-serve-llm"]
     assert peer.kind == "ray-serve-llm" and load_policy(peer.policy_path) == POOL
-    assert peer.budgets_policy is not None and load_policy(peer.budgets_policy) == TIERED
+    assert peer.budgets_policy is not None and load_policy(peer.budgets_policy) == lending
+    chosen = lineup(lending, POOL, tmp_path / "part", chosen=("one-pool", "tiered-lending"))
+    assert [t.name for t in chosen] == ["one-pool", "tiered-lending"]
+    assert sorted(p.name for p in (tmp_path / "part").iterdir()) == ["one-pool", "tiered-lending"]  # no stray folders
 
 
 def test_the_peer_gets_the_budget_the_tiered_policy_gives_each_prompt() -> None:
