@@ -14,7 +14,7 @@ from pydantic import BaseModel
 
 from thinktier.loadtest.compare_targets import LINEUP
 from thinktier.loadtest.report import ClassStats, Report, RunReport
-from thinktier.loadtest.report_rebuild import rebuild
+from thinktier.loadtest.report_rebuild import rebuild, saved_jsonl
 
 TARGET_FILE = "target.json"
 """In each target's folder: what the target was ({kind, policy, what})."""
@@ -160,8 +160,9 @@ def matrix(by_seed: Mapping[int, Mapping[str, Report]], targets: list[str], base
 
 
 FOOTER = (
-    "Per target, per seed (TARGET/seed-S/): report.md, requests.jsonl (the raw requests every figure here is rebuilt "
-    "from) and plots; goodput_vs_load.png plots every target over the first seed's rates. Rebuild this page with "
+    "Per target, per seed (TARGET/seed-S/): report.md, requests.jsonl or requests.jsonl.gz (the raw requests every "
+    "figure here is rebuilt from) and plots; goodput_vs_load.png plots every target over the first seed's rates. "
+    "Rebuild this page with "
     "`thinktier loadtest compare --summarize DIR --baseline NAME`."
 )
 
@@ -224,7 +225,7 @@ def load_matrix(out_dir: Path, targets: Iterable[str]) -> dict[int, dict[str, Re
     for name in targets:
         for run_dir in sorted((out_dir / name).glob(f"{SEED_DIR}*")):
             report, requests = run_dir / "report.json", run_dir / "requests.jsonl"
-            if report.exists() and requests.exists():
+            if report.exists() and saved_jsonl(requests) is not None:
                 by_seed.setdefault(int(run_dir.name.removeprefix(SEED_DIR)), {})[name] = rebuild(report, requests)[0]
     return by_seed
 

@@ -4,6 +4,7 @@ recomputed from the committed raw files."""
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 from typing import Any
@@ -14,8 +15,20 @@ from thinktier.loadtest.report import Report, RunReport, build_report
 from thinktier.loadtest.runner import RunRecord
 
 
+def saved_jsonl(path: Path) -> Path | None:
+    """`path`, or the gzip copy beside it (`path`.gz: committed results keep their raw requests compressed, a tenth of
+    the bytes); None when neither exists."""
+    packed = path.with_name(path.name + ".gz")
+    return path if path.exists() else packed if packed.exists() else None
+
+
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    """The rows of a JSON-lines file, or of its gzip copy (`saved_jsonl`)."""
+    found = saved_jsonl(path)
+    if found is None:
+        raise FileNotFoundError(f"{path}: no such file, nor {path.name}.gz beside it")
+    text = gzip.decompress(found.read_bytes()).decode() if found.suffix == ".gz" else found.read_text()
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
 def arrival_window(run: RunReport, settings: dict[str, Any]) -> float | None:

@@ -3,6 +3,7 @@ report rebuilt from the raw requests."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import subprocess
 import sys
@@ -136,7 +137,9 @@ def test_summarize_rebuilds_the_report_from_the_raw_requests(tmp_path: Path) -> 
         requests = _save(tmp_path, "tiered", seed, ok=10)
     rows = [json.loads(line) for line in requests.read_text().splitlines()]
     rows[0]["status"] = 500  # a request of seed 1 that failed after all
-    requests.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    packed = requests.with_name("requests.jsonl.gz")  # committed results keep their raw requests compressed
+    packed.write_bytes(gzip.compress("".join(json.dumps(r) + "\n" for r in rows).encode()))
+    requests.unlink()
     (tmp_path / "tiered" / "target.json").write_text(json.dumps({"kind": "thinktier", "policy": "t.yaml", "what": "split"}))
     report = summarize(tmp_path, "one-pool")
     assert report.targets == ["one-pool", "tiered"] and report.settings["tiered"] == "split (t.yaml)"
