@@ -1,6 +1,6 @@
 """Reasoning economy on real vLLM engines (in this process, no Ray): samples share one prefill, an early consensus
-aborts the samples still decoding, and certainty exit ends the thinking of the demo model on a question it answers
-consistently."""
+aborts the samples still decoding, certainty exit ends the thinking of the demo model on a question it answers
+consistently, and a borrowed request spends its own thinking budget on a tier that does not think for its own."""
 
 from __future__ import annotations
 
@@ -128,3 +128,20 @@ def test_whitespace_drift_in_a_system_prompt_renders_the_same_tokens_only_with_n
         assert tiny.render_prompt(drifted) != tiny.render_prompt(clean)
     finally:
         tiny.tier = tiny.tier.model_copy(update={"normalize_prompts": True})
+
+
+def test_a_borrowed_request_thinks_on_a_tier_whose_own_requests_do_not(
+    loop: asyncio.AbstractEventLoop, tiny: TierEngine
+) -> None:
+    """Lending: a chat tier serving the reasoning model with its thinking off (empty_thinking) runs a reasoning tier's
+    request with that request's own thinking budget; its own requests stay without thinking."""
+    own_tier = tiny.tier
+    tiny.tier = own_tier.model_copy(update={"thinking": False, "empty_thinking": True})
+    try:
+        base = dict(thinking_tokens=16, answer_tokens=8, prompt="What is 2 + 2?", temperature=0.0)
+        own, borrowed = run(loop, tiny, TierRequest("own", **base),  # type: ignore[arg-type]
+                            TierRequest("borrowed", borrowed=True, **base))  # type: ignore[arg-type]
+    finally:
+        tiny.tier = own_tier
+    assert own.reasoning_tokens == 0 and own.answer_tokens > 0
+    assert 0 < borrowed.reasoning_tokens <= 16 and borrowed.answer_tokens > 0
