@@ -366,9 +366,10 @@ class Ingress:
         """The decided tier serves the request; a tier that is down, or that failed it twice before anything was sent,
         hands it to the chat tier with thinking off where the policy allows (routing.failover). A borrowed request goes
         back to its own tier instead."""
-        if self._down(decision.tier) and decision.home:
+        down = self._down(decision.tier)
+        if down and decision.home:
             decision = returned(policy, decision)
-        elif self._down(decision.tier):
+        elif down:
             decision = self._failover(routing, decision, "tier_down", policy) or decision
         try:
             return await self._dispatch(parsed, kind, decision, slot, request_id, policy)

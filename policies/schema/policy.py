@@ -72,7 +72,7 @@ class Policy(StrictModel):
                 f"{rule.borrower}, borrower: {rule.lender}), or serve the borrower's model on {rule.lender!r} with "
                 "empty_thinking: true"
             )
-        need = borrower.max_prompt_tokens + max(b.thinking_tokens + b.answer_tokens for b in borrower.budgets.values()) + 1
+        need = max(borrower.request_tokens(budget) for budget in borrower.budgets.values())
         if lender.engine.max_model_len < need:
             problems.append(
                 f"{at}: tier {rule.lender!r} has engine.max_model_len {lender.engine.max_model_len}; {rule.borrower!r}'s "

@@ -82,11 +82,15 @@ class Tier(StrictModel):
             raise ValueError("\n".join(problems))  # one line per problem, each starting with its field path
         return self
 
+    def request_tokens(self, budget: Budget) -> int:
+        """The most tokens a request of this tier with `budget` can hold: max_prompt_tokens + thinking + answer + 1."""
+        return self.max_prompt_tokens + budget.thinking_tokens + budget.answer_tokens + 1
+
     def _budget_problems(self) -> list[str]:
         missing = [e for e in EFFORTS if e not in self.budgets]
         problems = [f"budgets: every effort level needs a budget; missing {missing}"] if missing else []
         for effort, budget in self.budgets.items():
-            need = self.max_prompt_tokens + budget.thinking_tokens + budget.answer_tokens + 1
+            need = self.request_tokens(budget)
             if need > self.engine.max_model_len:
                 problems.append(
                     f"budgets.{effort}: max_prompt_tokens + thinking_tokens + answer_tokens + 1 = {need} "
