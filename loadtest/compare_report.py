@@ -161,7 +161,8 @@ def matrix(by_seed: Mapping[int, Mapping[str, Report]], targets: list[str], base
 
 FOOTER = (
     "Per target, per seed (TARGET/seed-S/): report.md, requests.jsonl or requests.jsonl.gz (the raw requests every "
-    "figure here is rebuilt from) and plots; goodput_vs_load.png plots every target over the first seed's rates. "
+    "figure here is rebuilt from) and plots; goodput_vs_load.png plots every target over every seed's rates (median "
+    "and range). "
     "Rebuild this page with "
     "`thinktier loadtest compare --summarize DIR --baseline NAME`."
 )
@@ -248,5 +249,6 @@ def summarize(out_dir: Path, baseline: str) -> CompareReport:
     if first[baseline].runs and first[baseline].runs[0].mode == "open":
         from thinktier.loadtest.plots import compare_goodput  # lazily: matplotlib is slow to import
 
-        compare_goodput({t: first[t] for t in present if t in first}, out_dir / "goodput_vs_load.png")
+        compare_goodput({t: [reports[t] for reports in by_seed.values() if t in reports] for t in present},
+                        out_dir / "goodput_vs_load.png")
     return result

@@ -94,13 +94,22 @@ def goodput_vs_load(report: Report, path: Path) -> Path:
     return save_figure(fig, path)
 
 
-def compare_goodput(reports: dict[str, Report], path: Path) -> Path:
-    """Goodput against offered rate, one line per compared target."""
+def compare_goodput(reports: dict[str, list[Report]], path: Path) -> Path:
+    """Goodput against offered rate, one line per compared target over every seed's runs: the median at each rate,
+    with a bar from the lowest to the highest seed where a rate ran under more than one."""
     fig, ax = plt.subplots(figsize=(6, 4))
-    for name, report in reports.items():
-        runs = _by_offered_rate(report)
-        ax.plot([rate for rate, _ in runs], [r.goodput_rps for _, r in runs], "o-", label=name)
-    ax.set(title="Goodput vs offered load", xlabel="offered req/s", ylabel="goodput req/s (SLOs met)")
+    for name, seeds in reports.items():
+        by_rate: dict[float, list[float]] = {}
+        for report in seeds:
+            for rate, run in _by_offered_rate(report):
+                by_rate.setdefault(rate, []).append(run.goodput_rps)
+        rates = sorted(by_rate)
+        medians = [float(np.median(by_rate[r])) for r in rates]
+        below = [m - min(by_rate[r]) for r, m in zip(rates, medians, strict=True)]
+        above = [max(by_rate[r]) - m for r, m in zip(rates, medians, strict=True)]
+        ax.errorbar(rates, medians, yerr=[below, above], fmt="o-", capsize=3, label=name)
+    ax.set(title="Goodput vs offered load (median over seeds, bar: range)", xlabel="offered req/s",
+           ylabel="goodput req/s (SLOs met)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small")
     return save_figure(fig, path)

