@@ -268,9 +268,30 @@ class _EngineCollector(Collector):
         cache_hits = CounterMetricFamily(
             f"{PREFIX}prefix_cache_hits", "Prompt tokens found in the replica's prefix cache.", labels=labels
         )
+        offload = {
+            "kv_offload_stored_bytes_total": CounterMetricFamily(
+                f"{PREFIX}kv_offload_stored_bytes", "KV bytes the replica copied to host memory.", labels=labels
+            ),
+            "kv_offload_loaded_bytes_total": CounterMetricFamily(
+                f"{PREFIX}kv_offload_loaded_bytes", "KV bytes the replica copied back from host memory.", labels=labels
+            ),
+            "preemptions_resumed_from_host_total": CounterMetricFamily(
+                f"{PREFIX}preemptions_resumed_from_host",
+                "Preempted requests resumed from KV kept in host memory instead of recomputing.", labels=labels,
+            ),
+            "preempted_tokens_total": CounterMetricFamily(
+                f"{PREFIX}preempted_tokens", "Prompt and output tokens of requests at their preemption.", labels=labels
+            ),
+            "kv_offload_loaded_tokens_total": CounterMetricFamily(
+                f"{PREFIX}kv_offload_loaded_tokens", "Tokens of resumed requests loaded from host memory, not recomputed.",
+                labels=labels,
+            ),
+        }
         for tier, replicas in self._replica_stats().items():
             for replica, stats in replicas.items():
                 key = [tier, replica]
+                for name, family in offload.items():
+                    family.add_metric(key, getattr(stats, name))
                 kv.add_metric(key, stats.kv_occupancy)
                 running.add_metric(key, stats.num_running)
                 waiting.add_metric(key, stats.num_waiting)
@@ -278,4 +299,4 @@ class _EngineCollector(Collector):
                 preemptions.add_metric(key, stats.num_preemptions_total)
                 cache_queries.add_metric(key, stats.prefix_cache_queries_total)
                 cache_hits.add_metric(key, stats.prefix_cache_hits_total)
-        yield from (kv, running, waiting, stragglers, preemptions, cache_queries, cache_hits)
+        yield from (kv, running, waiting, stragglers, preemptions, cache_queries, cache_hits, *offload.values())

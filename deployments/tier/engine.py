@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from thinktier.deployments.tier.certainty import CertaintyTracker, probe_answer, probe_prompt
+from thinktier.deployments.tier.kv_offload import CONNECTOR, CONNECTOR_MODULE, HOST_BYTES
+from thinktier.deployments.tier.kv_offload.planner import LOAD_BYTES, STORE_BYTES
 from thinktier.deployments.tier.models import resolve_model
 from thinktier.deployments.tier.prompts import normalize_messages
 from thinktier.deployments.tier.protocol import Economy, PromptTooLong, TierChunk, TierRequest
@@ -33,9 +35,6 @@ if TYPE_CHECKING:
     from vllm.renderers.chat_utils import ChatCompletionMessageParam
 
 GIB = 1 << 30
-# Counters of vLLM's native OffloadingConnector (GPU <-> CPU KV transfers), in its stats payload.
-OFFLOAD_STORE_BYTES = "vllm:kv_offload_store_bytes"
-OFFLOAD_LOAD_BYTES = "vllm:kv_offload_load_bytes"
 
 
 @dataclass
@@ -108,9 +107,16 @@ def engine_kwargs(tier: Tier, model_path: str) -> dict[str, Any]:
         kwargs["max_num_batched_tokens"] = engine.max_num_batched_tokens
     if engine.block_size is not None:
         kwargs["block_size"] = engine.block_size
-    if engine.kv_offloading.enabled:
+    if engine.kv_offloading.mode == "native":
         kwargs["kv_offloading_size"] = engine.kv_offloading.size_gib
         kwargs["kv_offloading_backend"] = engine.kv_offloading.backend
+    elif engine.kv_offloading.mode == "preempted":
+        kwargs["kv_transfer_config"] = {
+            "kv_connector": CONNECTOR,
+            "kv_connector_module_path": CONNECTOR_MODULE,
+            "kv_role": "kv_both",
+            "kv_connector_extra_config": {HOST_BYTES: int(engine.kv_offloading.size_gib * GIB)},
+        }
     return kwargs
 
 
@@ -129,15 +135,26 @@ class _EngineStats:
         self.offload_load_bytes_total = 0.0
         self.offload_cache_queries_total = 0
         self.offload_cache_hits_total = 0
+        self.preemptions_resumed_from_host_total = 0
+        self.preempted_tokens_total = 0
+        self.offload_loaded_tokens_total = 0
 
     def record_offload(self, connector_stats: dict[str, Any] | None, connector_prefix_stats: Any) -> None:
-        """Add one interval of KV offload traffic (bytes each way) and CPU-cache lookups (tokens)."""
+        """Add one interval of KV offload traffic (bytes each way), CPU-cache lookups (tokens), and preempt-offload's
+        own counters (resumed preemptions, tokens preempted and loaded back)."""
         if connector_prefix_stats is not None:
             self.offload_cache_queries_total += connector_prefix_stats.queries
             self.offload_cache_hits_total += connector_prefix_stats.hits
         counters = (connector_stats or {}).get("data", {})
-        self.offload_store_bytes_total += sum(counters.get(OFFLOAD_STORE_BYTES, {}).values())
-        self.offload_load_bytes_total += sum(counters.get(OFFLOAD_LOAD_BYTES, {}).values())
+
+        def total(name: str) -> Any:
+            return sum(counters.get(name, {}).values())
+
+        self.offload_store_bytes_total += total(STORE_BYTES)
+        self.offload_load_bytes_total += total(LOAD_BYTES)
+        self.preemptions_resumed_from_host_total += total("thinktier:resumed_from_host")
+        self.preempted_tokens_total += total("thinktier:tokens_preempted")
+        self.offload_loaded_tokens_total += total("thinktier:tokens_loaded")
 
     def logger_factory(self) -> Any:
         from vllm.v1.metrics.loggers import StatLoggerBase
@@ -199,6 +216,10 @@ class TierEngine:
         elif self.delimiters is not None:
             kwargs["logits_processors"] = [ThinkingBudgetProcessor]
         self._stats = _EngineStats()
+        if isinstance(kwargs.get("kv_transfer_config"), dict):  # engine_kwargs stays free of vLLM types
+            from vllm.config import KVTransferConfig
+
+            kwargs["kv_transfer_config"] = KVTransferConfig(**kwargs["kv_transfer_config"])
         self.engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs), stat_loggers=[self._stats.logger_factory()])
         self.tokenizer = self.engine.get_tokenizer()
         self.thinking_tokens = NO_THINKING if self.delimiters is None else ThinkingTokens.of(self.tokenizer, self.delimiters)
@@ -385,6 +406,11 @@ class TierEngine:
             num_preemptions_total=self._stats.num_preemptions_total,
             prefix_cache_queries_total=self._stats.prefix_cache_queries_total,
             prefix_cache_hits_total=self._stats.prefix_cache_hits_total,
+            kv_offload_stored_bytes_total=int(self._stats.offload_store_bytes_total),
+            kv_offload_loaded_bytes_total=int(self._stats.offload_load_bytes_total),
+            preemptions_resumed_from_host_total=self._stats.preemptions_resumed_from_host_total,
+            preempted_tokens_total=self._stats.preempted_tokens_total,
+            kv_offload_loaded_tokens_total=self._stats.offload_loaded_tokens_total,
         )
 
     async def warmup(self) -> None:

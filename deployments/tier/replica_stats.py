@@ -25,6 +25,17 @@ class ReplicaStats:
     """Prompt tokens looked up in the prefix cache since the engine started."""
     prefix_cache_hits_total: int = 0
     """Of those, tokens found in the cache."""
+    kv_offload_stored_bytes_total: int = 0
+    """KV bytes copied to host memory (engine.kv_offloading, either mode)."""
+    kv_offload_loaded_bytes_total: int = 0
+    """KV bytes copied back from host memory."""
+    preemptions_resumed_from_host_total: int = 0
+    """Preempted requests that resumed from KV kept in host memory instead of recomputing (mode 'preempted')."""
+    preempted_tokens_total: int = 0
+    """Prompt and output tokens of preempted requests at their preemption (mode 'preempted'): what resuming them
+    would recompute without the connector, less prefix-cache hits."""
+    kv_offload_loaded_tokens_total: int = 0
+    """Of those, tokens loaded back from host memory instead of recomputed (mode 'preempted')."""
 
     def as_metrics(self) -> dict[str, float]:
         return {k: float(v) for k, v in asdict(self).items()}

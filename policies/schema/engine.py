@@ -11,15 +11,41 @@ from thinktier.policies.schema.base import StrictModel
 KVCacheDType = Literal["auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2"]
 
 
-class KVOffloading(StrictModel):
-    """vLLM native CPU offloading of KV blocks (GPU only)."""
+KVOffloadingMode = Literal["off", "native", "preempted"]
 
-    size_gib: float = Field(0.0, ge=0, description="CPU memory per replica for offloaded KV, GiB; 0 disables offloading.")
-    backend: Literal["native", "lmcache"] = Field("native", description="vLLM KV offloading backend.")
+
+class KVOffloading(StrictModel):
+    """KV blocks kept in the replica's host memory.
+
+    'native': vLLM's OffloadingConnector (GPU only), which stores prompt blocks as they fill and serves later prefix
+    hits from them. 'preempted': the project's preempt-offload connector (deployments/tier/kv_offload), which copies a
+    request's blocks out only when the engine preempts it and loads them back when it resumes, instead of vLLM's
+    recompute of its prompt and thinking so far; blocks of finished requests are never kept (the next turn does not
+    send a thinking section back). It runs on GPU and CPU tiers alike (on a CPU tier the copy stays in RAM, outside
+    the KV cache the scheduler reuses)."""
+
+    mode: KVOffloadingMode = Field(
+        "off",
+        description="'off', 'native' (vLLM's connector: prompt blocks as they fill) or 'preempted' (a preempted "
+        "request's blocks, loaded back on resume).",
+    )
+    size_gib: float = Field(0.0, ge=0, description="Host memory per replica for offloaded KV, GiB; within pool.memory_gib.")
+    backend: Literal["native", "lmcache"] = Field("native", description="vLLM KV offloading backend (mode 'native' only).")
 
     @property
     def enabled(self) -> bool:
-        return self.size_gib > 0
+        return self.mode != "off"
+
+    def problems(self) -> list[str]:
+        """Settings that contradict each other, each with its fix."""
+        if self.mode == "off" and self.size_gib > 0:
+            return [f"kv_offloading.size_gib: {self.size_gib:g} GiB with mode 'off' would do nothing; "
+                    "set mode: preempted (or native), or size_gib: 0"]
+        if self.mode != "off" and self.size_gib == 0:
+            return [f"kv_offloading.mode: {self.mode!r} needs host memory; set size_gib (e.g. 16) or mode: off"]
+        if self.mode != "native" and self.backend != "native":
+            return [f"kv_offloading.backend: {self.backend!r} applies to mode 'native' only; remove it"]
+        return []
 
 
 BudgetProcessor = Literal["thinktier", "vllm"]

@@ -12,6 +12,8 @@ from thinktier.policies.schema.pool import Pool, Replicas
 
 DEFAULT_REASONING_PARSER = "deepseek_r1"
 LEGACY_DELIMITERS = {"think_start": "<think>", "think_end": "</think>"}
+PROCESS_MEMORY_GIB = 2.0
+"""Host memory a tier replica's engine process needs besides offloaded KV (Python, vLLM, tokenizer), GiB."""
 """Before `reasoning_parser`, a tier named its delimiters itself; policies of then (recorded runs among them) say these,
 which are the default parser's, and load as they did."""
 
@@ -77,7 +79,7 @@ class Tier(StrictModel):
 
     @model_validator(mode="after")
     def _fits(self) -> Tier:
-        problems = self._budget_problems() + self._accelerator_problems()
+        problems = self._budget_problems() + self._accelerator_problems() + self._offloading_problems()
         if problems:
             raise ValueError("\n".join(problems))  # one line per problem, each starting with its field path
         return self
@@ -85,6 +87,18 @@ class Tier(StrictModel):
     def request_tokens(self, budget: Budget) -> int:
         """The most tokens a request of this tier with `budget` can hold: max_prompt_tokens + thinking + answer + 1."""
         return self.max_prompt_tokens + budget.thinking_tokens + budget.answer_tokens + 1
+
+    def _offloading_problems(self) -> list[str]:
+        offloading = self.engine.kv_offloading
+        problems = [f"engine.{problem}" for problem in offloading.problems()]
+        need = offloading.size_gib + PROCESS_MEMORY_GIB
+        if offloading.enabled and need > self.pool.memory_gib:
+            problems.append(
+                f"engine.kv_offloading.size_gib: {offloading.size_gib:g} GiB of offloaded KV and about "
+                f"{PROCESS_MEMORY_GIB:g} GiB for the engine process do not fit pool.memory_gib ({self.pool.memory_gib:g}); "
+                f"raise pool.memory_gib to at least {need:g} or lower size_gib"
+            )
+        return problems
 
     def _budget_problems(self) -> list[str]:
         missing = [e for e in EFFORTS if e not in self.budgets]
@@ -127,10 +141,10 @@ class Tier(StrictModel):
         problems = []
         if self.pool.gpu_fraction != 1:
             problems.append("pool.gpu_fraction: applies to GPU pools only; remove it or set pool.accelerator: gpu")
-        if engine.kv_offloading.enabled:
+        if engine.kv_offloading.mode == "native":
             problems.append(
-                "engine.kv_offloading: vLLM offloads KV to CPU memory only from CUDA or XPU GPUs; "
-                "set kv_offloading.size_gib: 0 or pool.accelerator: gpu"
+                "engine.kv_offloading: mode 'native' (vLLM's connector) offloads KV only from CUDA or XPU GPUs; "
+                "use mode: preempted, which runs on CPU tiers too, or pool.accelerator: gpu"
             )
         if engine.kv_cache_memory_gib is None:
             problems.append(
