@@ -286,6 +286,9 @@ class _EngineCollector(Collector):
                 f"{PREFIX}kv_offload_loaded_tokens", "Tokens of resumed requests loaded from host memory, not recomputed.",
                 labels=labels,
             ),
+            "preempted_tokens_recomputed_total": CounterMetricFamily(
+                f"{PREFIX}preempted_tokens_recomputed", "Tokens of resumed requests computed again.", labels=labels
+            ),
         }
         for tier, replicas in self._replica_stats().items():
             for replica, stats in replicas.items():

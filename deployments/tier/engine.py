@@ -138,6 +138,7 @@ class _EngineStats:
         self.preemptions_resumed_from_host_total = 0
         self.preempted_tokens_total = 0
         self.offload_loaded_tokens_total = 0
+        self.preempted_tokens_recomputed_total = 0
 
     def record_offload(self, connector_stats: dict[str, Any] | None, connector_prefix_stats: Any) -> None:
         """Add one interval of KV offload traffic (bytes each way), CPU-cache lookups (tokens), and preempt-offload's
@@ -155,6 +156,7 @@ class _EngineStats:
         self.preemptions_resumed_from_host_total += total("thinktier:resumed_from_host")
         self.preempted_tokens_total += total("thinktier:tokens_preempted")
         self.offload_loaded_tokens_total += total("thinktier:tokens_loaded")
+        self.preempted_tokens_recomputed_total += total("thinktier:tokens_recomputed")
 
     def logger_factory(self) -> Any:
         from vllm.v1.metrics.loggers import StatLoggerBase
@@ -411,6 +413,7 @@ class TierEngine:
             preemptions_resumed_from_host_total=self._stats.preemptions_resumed_from_host_total,
             preempted_tokens_total=self._stats.preempted_tokens_total,
             kv_offload_loaded_tokens_total=self._stats.offload_loaded_tokens_total,
+            preempted_tokens_recomputed_total=self._stats.preempted_tokens_recomputed_total,
         )
 
     async def warmup(self) -> None:

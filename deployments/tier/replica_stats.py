@@ -32,10 +32,11 @@ class ReplicaStats:
     preemptions_resumed_from_host_total: int = 0
     """Preempted requests that resumed from KV kept in host memory instead of recomputing (mode 'preempted')."""
     preempted_tokens_total: int = 0
-    """Prompt and output tokens of preempted requests at their preemption (mode 'preempted'): what resuming them
-    would recompute without the connector, less prefix-cache hits."""
+    """Prompt and output tokens of preempted requests at their preemption (mode 'preempted')."""
     kv_offload_loaded_tokens_total: int = 0
-    """Of those, tokens loaded back from host memory instead of recomputed (mode 'preempted')."""
+    """Of those, tokens loaded back from host memory on resume instead of recomputed (mode 'preempted')."""
+    preempted_tokens_recomputed_total: int = 0
+    """Of those, tokens computed again on resume: neither in the prefix cache nor loaded (mode 'preempted')."""
 
     def as_metrics(self) -> dict[str, float]:
         return {k: float(v) for k, v in asdict(self).items()}

@@ -17,14 +17,14 @@ version: 1
 tiers:
   reasoning:
     model: builtin:tiny-random
-    pool: {{accelerator: {accelerator}}}
+    pool: {{accelerator: {accelerator}, memory_gib: {memory_gib}}}
     engine: {{kv_cache_memory_gib: 0.1, {extra}}}
 routing: {{chat_tier: null}}
 """
 
 
-def tier_text(extra: str, accelerator: str = "cpu") -> str:
-    return CPU_TIER.format(extra=extra, accelerator=accelerator)
+def tier_text(extra: str, accelerator: str = "cpu", memory_gib: float = 32) -> str:
+    return CPU_TIER.format(extra=extra, accelerator=accelerator, memory_gib=memory_gib)
 
 
 def test_fp8_kv_on_a_cpu_without_avx512_is_refused_at_engine_start_with_a_fix(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -44,19 +44,46 @@ def test_fp8_kv_on_a_cpu_with_avx512_passes_the_host_check(monkeypatch: pytest.M
     assert engine_kwargs(policy.tiers["reasoning"], "/m")["kv_cache_dtype"] == "fp8"
 
 
-def test_kv_offload_on_a_cpu_tier_is_refused_with_a_fix() -> None:
+def test_native_kv_offload_on_a_cpu_tier_is_refused_with_a_fix() -> None:
     with pytest.raises(PolicyError) as err:
-        parse_policy(tier_text("kv_offloading: {size_gib: 8}"), "p.yaml")
-    assert "only from CUDA or XPU GPUs" in str(err.value) and "size_gib: 0" in str(err.value)
+        parse_policy(tier_text("kv_offloading: {mode: native, size_gib: 8}"), "p.yaml")
+    assert "only from CUDA or XPU GPUs" in str(err.value) and "use mode: preempted" in str(err.value)
 
 
 def test_gpu_tier_maps_fp8_offload_and_priority_to_vllm_arguments() -> None:
-    policy = parse_policy(tier_text("kv_cache_dtype: fp8, kv_offloading: {size_gib: 24}", accelerator="gpu"))
+    policy = parse_policy(tier_text("kv_cache_dtype: fp8, kv_offloading: {mode: native, size_gib: 24}", accelerator="gpu"))
     kwargs = engine_kwargs(policy.tiers["reasoning"], "/models/r1")
     assert kwargs["kv_cache_dtype"] == "fp8"
     assert (kwargs["kv_offloading_size"], kwargs["kv_offloading_backend"]) == (24, "native")
+    assert "kv_transfer_config" not in kwargs
     assert kwargs["scheduling_policy"] == "priority"
     assert kwargs["kv_cache_memory_bytes"] == int(0.1 * (1 << 30))
+
+
+def test_preempt_offload_names_the_projects_connector_and_its_host_memory() -> None:
+    """Mode 'preempted' runs on CPU tiers too; vLLM loads the connector by the module path it is given."""
+    import importlib
+
+    policy = parse_policy(tier_text("kv_offloading: {mode: preempted, size_gib: 1.5}", memory_gib=4), "p.yaml")
+    config = engine_kwargs(policy.tiers["reasoning"], "/m")["kv_transfer_config"]
+    connector = getattr(importlib.import_module(config["kv_connector_module_path"]), config["kv_connector"])
+    assert connector.__name__ == "PreemptOffloadConnector" and config["kv_role"] == "kv_both"
+    assert config["kv_connector_extra_config"] == {"host_bytes": int(1.5 * (1 << 30))}
+
+
+@pytest.mark.parametrize(
+    ("offloading", "memory_gib", "message"),
+    [
+        ("{size_gib: 8}", 16, "with mode 'off' would do nothing; set mode: preempted (or native), or size_gib: 0"),
+        ("{mode: preempted}", 16, "kv_offloading.mode: 'preempted' needs host memory; set size_gib"),
+        ("{mode: preempted, size_gib: 8, backend: lmcache}", 16, "backend: 'lmcache' applies to mode 'native' only"),
+        ("{mode: preempted, size_gib: 8}", 9, "do not fit pool.memory_gib (9); raise pool.memory_gib to at least 10"),
+    ],
+)
+def test_kv_offloading_settings_that_contradict_each_other(offloading: str, memory_gib: int, message: str) -> None:
+    with pytest.raises(PolicyError) as err:
+        parse_policy(tier_text(f"kv_offloading: {offloading}", memory_gib=memory_gib), "p.yaml")
+    assert message in str(err.value)
 
 
 def test_default_policy_cpu_engine_arguments() -> None:

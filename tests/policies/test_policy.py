@@ -181,10 +181,12 @@ def test_thinking_budget_on_a_tier_without_thinking() -> None:
     ]
 
 
-def test_kv_offloading_on_a_cpu_tier() -> None:
-    assert problems(edit('cpu_threads: "0"', 'cpu_threads: "0"\n      kv_offloading: {size_gib: 4}')) == [
-        "p.yaml:12:22: tiers.reasoning.engine.kv_offloading: vLLM offloads KV to CPU memory only from CUDA or XPU GPUs; "
-        "set kv_offloading.size_gib: 0 or pool.accelerator: gpu"
+def test_native_kv_offloading_on_a_cpu_tier() -> None:
+    assert problems(edit('cpu_threads: "0"', 'cpu_threads: "0"\n      kv_offloading: {mode: native, size_gib: 4}')) == [
+        "p.yaml:12:22: tiers.reasoning.engine.kv_offloading: mode 'native' (vLLM's connector) offloads KV only from "
+        "CUDA or XPU GPUs; use mode: preempted, which runs on CPU tiers too, or pool.accelerator: gpu",
+        "p.yaml:12:47: tiers.reasoning.engine.kv_offloading.size_gib: 4 GiB of offloaded KV and about 2 GiB for the "
+        "engine process do not fit pool.memory_gib (4); raise pool.memory_gib to at least 6 or lower size_gib",
     ]
 
 

@@ -1,7 +1,8 @@
 """`PreemptOffloadConnector`: the planner and the host pool behind vLLM's KV connector interface (`kv_connector_v1`).
 
 vLLM builds one instance in its scheduler (role SCHEDULER: the planner) and one per worker (role WORKER: the host
-pool). The engine arguments name it by module path; `kv_connector_extra_config.host_bytes` sizes the host pool.
+pool). The engine arguments name it by module path; `kv_connector_extra_config.host_bytes` sizes the host pool of
+the replica, shared out over its tensor-parallel ranks.
 Written against vLLM 0.24 (the GPU image) and checked on 0.32 (the CPU wheel): the interface parts it uses are the
 same in both. Models with more than one KV cache group (hybrid attention, Mamba) are refused at start.
 """
@@ -87,7 +88,8 @@ class PreemptOffloadConnector(KVConnectorBase_V1):
         self._num_blocks = kv_cache_config.num_blocks
         self._bytes_per_block = sum(t.size for t in kv_cache_config.kv_cache_tensors) // self._num_blocks
         extra = self._kv_transfer_config.kv_connector_extra_config or {}
-        self._num_slots = int(extra[HOST_BYTES]) // self._bytes_per_block
+        ranks = vllm_config.parallel_config.world_size  # each rank holds its share of every block, and of the pool
+        self._num_slots = int(extra[HOST_BYTES]) // (self._bytes_per_block * ranks)
         self._planner = PreemptedKVPlanner(self._num_slots, groups[0].kv_cache_spec.block_size)
         self._requests: dict[str, Request] = {}
         self._pool: HostKVPool | None = None

@@ -67,8 +67,9 @@ class OffloadCounters:
     tokens_loaded: int = 0
     """Prompt and output tokens a resumed request did not recompute."""
     tokens_preempted: int = 0
-    """Prompt and output tokens the preempted requests had: what vLLM would recompute without the connector (less
-    its own prefix-cache hits)."""
+    """Prompt and output tokens the preempted requests had at their preemption."""
+    tokens_recomputed: int = 0
+    """Tokens of resumed requests computed again: neither in vLLM's own prefix cache nor loaded from host memory."""
 
     def is_empty(self) -> bool:
         return not any(vars(self).values())
@@ -98,7 +99,10 @@ class PreemptedKVPlanner:
     _stored: dict[str, _Stored] = field(default_factory=dict, init=False)
     _stores: list[BlockCopy] = field(default_factory=list, init=False)
     _loads: list[BlockCopy] = field(default_factory=list, init=False)
+    _loaded_this_step: list[int] = field(default_factory=list, init=False)
     _release_next_step: list[int] = field(default_factory=list, init=False)
+    _preempted: dict[str, int] = field(default_factory=dict, init=False)
+    """Requests preempted and not yet resumed, with their prefix-cache hit at the last resume attempt."""
     counters: OffloadCounters = field(default_factory=OffloadCounters, init=False)
 
     def __post_init__(self) -> None:
@@ -110,6 +114,8 @@ class PreemptedKVPlanner:
 
     def stored_tokens(self, request_id: str, num_tokens: int, num_computed_tokens: int) -> int:
         """Tokens beyond `num_computed_tokens` (vLLM's own prefix-cache hit) this request can load from host memory."""
+        if request_id in self._preempted:
+            self._preempted[request_id] = num_computed_tokens
         stored = self._stored.get(request_id)
         return 0 if stored is None else max(self._usable(stored, num_tokens) - num_computed_tokens, 0)
 
@@ -117,6 +123,9 @@ class PreemptedKVPlanner:
         """vLLM allocated `block_table` for a resuming request of `num_tokens` tokens and takes `num_external_tokens`
         of them from us: the blocks that end the usable stored prefix (those before them were hits in vLLM's own
         prefix cache). With none taken, the slots are free at once."""
+        if request_id in self._preempted:
+            hit = self._preempted.pop(request_id)
+            self.counters.tokens_recomputed += max(num_tokens - hit - num_external_tokens, 0)
         stored = self._stored.pop(request_id, None)
         if stored is None:
             return
@@ -126,7 +135,7 @@ class PreemptedKVPlanner:
         end = min(self._usable(stored, num_tokens) // self.block_size, len(block_table))
         start = end - num_external_tokens // self.block_size
         self._loads.append(BlockCopy(tuple(block_table[start:end]), tuple(stored.slots[start:end])))
-        self._release_next_step += stored.slots
+        self._loaded_this_step += stored.slots
         self.counters.resumed_from_host += 1
         self.counters.blocks_loaded += end - start
         self.counters.tokens_loaded += num_external_tokens
@@ -139,8 +148,8 @@ class PreemptedKVPlanner:
     def step(self, preempted: Iterable[tuple[str, int]], scheduled: Iterable[Scheduled]) -> StepCopies:
         """The copies of one scheduler step. `preempted`: each request preempted in it with its token count then
         (prompt and output so far); `scheduled`: what the step scheduled."""
-        self._free += self._release_next_step
-        self._release_next_step = []
+        self._free += self._release_next_step  # read by the previous step's loads, which have run
+        self._release_next_step, self._loaded_this_step = self._loaded_this_step, []
         for request_id, num_tokens in preempted:
             self._store(request_id, num_tokens)
         for item in scheduled:
@@ -157,6 +166,7 @@ class PreemptedKVPlanner:
     def finished(self, request_id: str) -> None:
         """The request finished or was aborted: its slots are free, nothing of it is kept."""
         self._running.pop(request_id, None)
+        self._preempted.pop(request_id, None)
         stored = self._stored.pop(request_id, None)
         if stored is not None:
             self._free += stored.slots
@@ -170,6 +180,7 @@ class PreemptedKVPlanner:
         if running is None:
             return
         self.counters.tokens_preempted += num_tokens
+        self._preempted[request_id] = 0
         # the last token's KV is never needed from us (vLLM recomputes it), and a token without KV has none to copy
         tokens = min(running.tokens_with_kv, num_tokens - 1)
         blocks = min(tokens // self.block_size, len(running.blocks), len(self._free))

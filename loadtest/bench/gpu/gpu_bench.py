@@ -86,6 +86,10 @@ class _Runner:
             raw.generation_tokens_total,
             raw.offload_store_bytes_total,
             raw.offload_load_bytes_total,
+            s.preemptions_resumed_from_host_total,
+            s.preempted_tokens_total,
+            s.kv_offload_loaded_tokens_total,
+            s.preempted_tokens_recomputed_total,
         )
 
     async def run(self, workload: Workload, drain_s: float) -> dict[str, Any]:

@@ -9,6 +9,8 @@ from typing import Any, Literal
 
 from thinktier.loadtest.bench.gpu.gpu_workload import Workload
 from thinktier.policies.schema import BudgetProcessor, Tier
+from thinktier.policies.schema.engine import KVOffloadingMode
+from thinktier.policies.schema.tier import PROCESS_MEMORY_GIB
 
 
 @dataclass(frozen=True)
@@ -21,6 +23,8 @@ class BenchConfig:
     offload_decode_blocks: bool = False  # vLLM 0.24 offloads prompt blocks only unless told otherwise
     description: str = ""
     thinking_budget_processor: BudgetProcessor = "thinktier"
+    offload_mode: KVOffloadingMode = "native"
+    """What offloads when offload_gib > 0: vLLM's native connector or the project's preempt-offload."""
 
 
 CONFIGS: dict[str, BenchConfig] = {
@@ -46,6 +50,13 @@ CONFIGS: dict[str, BenchConfig] = {
     "fp8-offload-prio": BenchConfig(
         "fp8", "priority", 16, description="FP8 KV + native offload (prompt blocks) + priority (hard = lower)"
     ),
+    "fp8-preempt-offload": BenchConfig(
+        "fp8", "fcfs", 16, description="FP8 KV + preempt-offload (a preempted request's blocks, loaded on resume)",
+        offload_mode="preempted",
+    ),
+    "fp8-preempt-offload-prio": BenchConfig(
+        "fp8", "priority", 16, description="FP8 KV + preempt-offload + priority (hard = lower)", offload_mode="preempted"
+    ),
 }
 
 
@@ -56,12 +67,15 @@ def configured_tier(tier: Tier, config: BenchConfig, model: str, kv_cache_gib: f
         kv_cache_dtype=config.kv_cache_dtype,
         scheduling_policy=config.scheduling_policy,
         thinking_budget_processor=config.thinking_budget_processor,
-        kv_offloading={**engine["kv_offloading"], "size_gib": config.offload_gib},
+        kv_offloading={**engine["kv_offloading"], "size_gib": config.offload_gib,
+                       "mode": config.offload_mode if config.offload_gib > 0 else "off"},
         gpu_memory_utilization=gpu_util,
     )
     if kv_cache_gib is not None:
         engine["kv_cache_memory_gib"] = kv_cache_gib
-    return Tier.model_validate({**tier.model_dump(), "model": model, "engine": engine})
+    pool = tier.pool.model_dump()
+    pool["memory_gib"] = max(pool["memory_gib"], config.offload_gib + PROCESS_MEMORY_GIB)  # the bench owns its host
+    return Tier.model_validate({**tier.model_dump(), "model": model, "engine": engine, "pool": pool})
 
 
 def engine_overrides(config: BenchConfig, load_format: str) -> dict[str, Any]:

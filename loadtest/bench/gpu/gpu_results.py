@@ -38,6 +38,11 @@ class Sample:
     generation_tokens_total: int
     offload_store_bytes_total: float
     offload_load_bytes_total: float
+    resumed_from_host_total: int = 0
+    preempted_tokens_total: int = 0
+    loaded_tokens_total: int = 0
+    recomputed_tokens_total: int = 0
+    """The last four: preempt-offload only (engine.kv_offloading.mode 'preempted')."""
 
 
 def class_summary(records: Sequence[RequestRecord], slo: SLO) -> dict[str, Any]:
@@ -86,6 +91,10 @@ def summarize(
         "preemptions": last.preemptions_total - first.preemptions_total,
         "offload_store_gib": (last.offload_store_bytes_total - first.offload_store_bytes_total) / 2**30,
         "offload_load_gib": (last.offload_load_bytes_total - first.offload_load_bytes_total) / 2**30,
+        "preemptions_resumed_from_host": last.resumed_from_host_total - first.resumed_from_host_total,
+        "preempted_tokens": last.preempted_tokens_total - first.preempted_tokens_total,
+        "loaded_tokens": last.loaded_tokens_total - first.loaded_tokens_total,
+        "recomputed_tokens": last.recomputed_tokens_total - first.recomputed_tokens_total,
         "timeline": [asdict(s) for s in samples[:: max(1, math.ceil(len(samples) / 120))]],
         "requests": [asdict(r) for r in records],
     }
@@ -95,6 +104,13 @@ def _fmt(value: float | None, digits: int = 1) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
+def _per_preemption(workload: dict[str, Any]) -> str:
+    """Recomputed tokens per preemption where preempt-offload counted them (older reports lack the field)."""
+    if not workload.get("preempted_tokens") or not workload["preemptions"]:
+        return "-"
+    return f"{workload['recomputed_tokens'] / workload['preemptions']:,.0f}"
+
+
 def markdown_table(reports: Sequence[dict[str, Any]]) -> str:
     """One row per configuration and workload of the given `run` reports, in their order."""
     head = (
@@ -102,7 +118,7 @@ def markdown_table(reports: Sequence[dict[str, Any]]) -> str:
         "easy TTFVT p50 / p99 (s) | easy E2E p50 / p99 (s) | medium E2E p50 / p99 (s) | "
         "hard TTFVT p50 / p99 (s) | hard E2E p50 / p99 (s) | hard E2E mean (s) | hard finished | KV mean / peak | "
         "preemptions | "
-        "offload out / in (GiB) |"
+        "offload out / in (GiB) | resumed from host | recomputed tokens per preemption |"
     )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for report in reports:
@@ -121,6 +137,7 @@ def markdown_table(reports: Sequence[dict[str, Any]]) -> str:
                     f"{_fmt(c['hard'].get('e2e_mean_s'))} | "
                     f"{c['hard']['finished']}/{c['hard']['sent']} | "
                     f"{w['kv_occupancy_mean']:.0%} / {w['kv_occupancy_peak']:.0%} | "
-                    f"{w['preemptions']} | {w['offload_store_gib']:.1f} / {w['offload_load_gib']:.1f} |"
+                    f"{w['preemptions']} | {w['offload_store_gib']:.1f} / {w['offload_load_gib']:.1f} | "
+                    f"{w.get('preemptions_resumed_from_host', '-')} | {_per_preemption(w)} |"
                 )
     return "\n".join(lines) + "\n"
