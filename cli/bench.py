@@ -92,7 +92,8 @@ def _gpu_run(args: argparse.Namespace) -> int:
         profile_contexts=args.profile_contexts,
         seed=args.seed,
     )
-    gpu_bench.run(args.policy, workloads, plan, settings, Path(args.out), " ".join(["thinktier", *sys.argv[1:]]))
+    gpu_bench.run(args.policy, workloads, plan, settings, Path(args.out), " ".join(["thinktier", *sys.argv[1:]]),
+                  policy_settings=args.set)
     return 0
 
 
@@ -136,6 +137,8 @@ def _register_gpu(commands: argparse._SubParsersAction) -> None:
     w.set_defaults(func=_gpu_workload)
     r = sub.add_parser("run", help="Run configurations on the GPU (needs vLLM with CUDA); writes a JSON report.")
     r.add_argument("--policy", required=True, help="Policy file whose reasoning tier is the base of every configuration.")
+    r.add_argument("--set", type=policy_setting, action="append", default=[], metavar="KNOB=VALUE",
+                   help="change one policy field first (repeatable), e.g. tiers.reasoning.max_prompt_tokens=512")
     r.add_argument("--model", required=True, help="Model folder (config + tokenizer; weights unless --load-format dummy).")
     r.add_argument("--load-format", default="dummy", help="vLLM load_format; 'dummy' gives random weights of the geometry.")
     r.add_argument("--workload", action="append", default=[], help="NAME=PATH of a workload JSON (repeatable).")

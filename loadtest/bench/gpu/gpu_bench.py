@@ -36,7 +36,7 @@ from thinktier.loadtest.bench.gpu.gpu_device import device_name, wait_gpu_free
 from thinktier.loadtest.bench.gpu.gpu_results import RequestRecord, Sample, summarize
 from thinktier.loadtest.bench.gpu.gpu_step_profile import fit_step_profile, measure_step_profile
 from thinktier.loadtest.bench.gpu.gpu_workload import BenchRequest, Workload
-from thinktier.policies.loader import load_policy
+from thinktier.policies.loader import load_policy_with
 from thinktier.policies.schema import SLO, DifficultyClass, Policy, Tier
 
 
@@ -211,10 +211,12 @@ def run(
     settings: RunSettings,
     out: Path,
     command: str,
+    policy_settings: Sequence[tuple[str, str]] = (),
 ) -> dict[str, Any]:
-    """Run the plan's configurations in order (see `parse_plan`); the JSON report at `out` is rewritten after each
-    step, so a run cut short keeps what it finished. `command` is recorded as how the report was made."""
-    policy = load_policy(Path(policy_path))
+    """Run the plan's configurations in order (see `parse_plan`) on the policy with `policy_settings` applied; the
+    JSON report at `out` is rewritten after each step, so a run cut short keeps what it finished. `command` is
+    recorded as how the report was made."""
+    policy = load_policy_with(Path(policy_path), policy_settings)
     on_gpu = policy.tiers[policy.routing.reasoning_tier].pool.accelerator == "gpu"
     out.parent.mkdir(parents=True, exist_ok=True)
     report: dict[str, Any] = {

@@ -40,6 +40,10 @@ CONFIGS: dict[str, BenchConfig] = {
         thinking_budget_processor="vllm",
     ),
     "auto-prio": BenchConfig("auto", "priority", description="KV in the model's dtype, priority (the CPU example tiers)"),
+    "auto-preempt-offload-prio": BenchConfig(
+        "auto", "priority", 1, description="KV in the model's dtype, priority, preempt-offload (1 GiB of host memory)",
+        offload_mode="preempted",
+    ),
     "fp8-offload": BenchConfig("fp8", "fcfs", 16, description="FP8 KV + native CPU offload as vLLM ships it (prompt blocks)"),
     "fp8-offload-decode": BenchConfig(
         "fp8", "fcfs", 16, True, description="FP8 KV + native CPU offload of prompt and decode blocks"

@@ -1,0 +1,32 @@
+#!/bin/bash
+# Issue 31 on one GPU: priority scheduling under KV pressure with recompute (vLLM's own resume), with the project's
+# preempt-offload, and with vLLM's native offloading of decode blocks, on the gpu-scaling bench's workload B
+# (h200-7b.yaml's budgets, 180 requests over 30 s, dummy R1-Distill-Qwen-7B weights, FP8 KV capped at 2 GiB), each
+# drained in full (240 s) so every hard request's completion counts. Run from the repository root on the device
+# machine, after the vLLM payload is staged (no Ray needed: the bench drives the tier engine in process):
+#   1. carry [.gpu/c1, .gpu/whl, .gpu/tok, .gpu/s, .gpu/c2]: bash .gpu/s/stage1.sh && cp .gpu/c2/* /tmp/stage/
+#   2. carry [.gpu/c3, .gpu/c4, .gpu/s]: cp .gpu/c3/* .gpu/c4/* /tmp/stage/
+#   3. carry [.gpu/c5, .gpu/s]: cp .gpu/c5/* /tmp/stage/ && source .gpu/s/assemble.sh && bash scripts/gpu_offload.sh a
+#   4. carry [.gpu/s]: source .gpu/s/assemble.sh && bash scripts/gpu_offload.sh b
+# Call 1 fits only with loadtest/results out of the tree but for its gpu/ folder (workload B; 0.5 MB):
+#   mv loadtest/results /tmp/ && mkdir -p loadtest/results && cp -r /tmp/results/gpu loadtest/results/   (back after)
+# PART a: fp8-prio then fp8-preempt-offload-prio (about 9 minutes); b: fp8-offload-decode-prio. Each writes
+# $OUT/run-PART.json; copy them into loadtest/results/gpu-offload/ and print the table with
+#   thinktier bench gpu table loadtest/results/gpu-offload/run-a.json loadtest/results/gpu-offload/run-b.json
+set -u
+part=${1:?usage: bash scripts/gpu_offload.sh a|b}
+case "$part" in
+  a) configs=(--config fp8-prio:B --config fp8-preempt-offload-prio:B) ;;
+  b) configs=(--config fp8-offload-decode-prio:B) ;;
+  *) echo "GPU_OFFLOAD_UNKNOWN_PART: $part (a or b)"; exit 3 ;;
+esac
+python3 -c "import vllm" 2>/dev/null || { echo "GPU_OFFLOAD_NOT_STAGED: see this script's header"; exit 3; }
+workload=loadtest/results/gpu/workload-B.json
+export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1 > "$OUT/device-$part.txt"
+timeout 580 python3 -m thinktier bench gpu run --policy policies/examples/h200-7b.yaml --model /tmp/r1q7b \
+  --workload "B=$workload" "${configs[@]}" --drain-s 240 --out "$OUT/run-$part.json" > "$OUT/log-$part.txt" 2>&1
+status=$?
+grep -E "^\[" "$OUT/log-$part.txt" | tail -n 8
+python3 -m thinktier bench gpu table "$OUT/run-$part.json" 2>/dev/null
+exit $status
