@@ -268,7 +268,7 @@ class _EngineCollector(Collector):
         cache_hits = CounterMetricFamily(
             f"{PREFIX}prefix_cache_hits", "Prompt tokens found in the replica's prefix cache.", labels=labels
         )
-        offload = {
+        offload: dict[str, CounterMetricFamily] = {
             "kv_offload_stored_bytes_total": CounterMetricFamily(
                 f"{PREFIX}kv_offload_stored_bytes", "KV bytes the replica copied to host memory.", labels=labels
             ),
@@ -302,4 +302,5 @@ class _EngineCollector(Collector):
                 preemptions.add_metric(key, stats.num_preemptions_total)
                 cache_queries.add_metric(key, stats.prefix_cache_queries_total)
                 cache_hits.add_metric(key, stats.prefix_cache_hits_total)
-        yield from (kv, running, waiting, stragglers, preemptions, cache_queries, cache_hits, *offload.values())
+        yield from (kv, running, waiting, stragglers, preemptions, cache_queries, cache_hits)
+        yield from offload.values()
