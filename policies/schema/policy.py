@@ -44,7 +44,7 @@ class Policy(StrictModel):
         served = [t.served_model_name or n for n, t in self.tiers.items()]
         if len(set(served)) != len(served):
             problems.append(f"tiers: served model names must be unique; got {served}")
-        problems += self._tenant_problems()
+        problems += self._tenant_problems() + self._deadline_problems()
         problems += [problem for i, rule in enumerate(self.lending) for problem in self._lending_problems(i, rule)]
         pairs = [(rule.lender, rule.borrower) for rule in self.lending]
         if len(set(pairs)) != len(pairs):
@@ -85,6 +85,16 @@ class Policy(StrictModel):
                 "own; set its engine.scheduling_policy: priority (borrowed requests run at its lowest priority)"
             )
         return problems
+
+    def _deadline_problems(self) -> list[str]:
+        """Objectives the service's own deadlines make unreachable: a request is cut at server.tier_timeout_s."""
+        cap = self.server.tier_timeout_s
+        return [
+            f"slos.{name}.e2e_s: {slo.e2e_s:g} s exceeds server.tier_timeout_s ({cap:g} s), which ends such a request "
+            f"first; raise tier_timeout_s to at least {slo.e2e_s:g} or lower the objective"
+            for name, slo in self.slos.items()
+            if slo.e2e_s > cap
+        ]
 
     def _tenant_problems(self) -> list[str]:
         problems = [

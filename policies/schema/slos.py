@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from thinktier.policies.schema.base import DifficultyClass, StrictModel
 
@@ -12,6 +12,13 @@ class SLO(StrictModel):
 
     ttfvt_s: float = Field(gt=0, description="Time to first visible (answer) token, seconds.")
     e2e_s: float = Field(gt=0, description="Request start to last token, seconds.")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> SLO:
+        if self.ttfvt_s > self.e2e_s:
+            raise ValueError(f"ttfvt_s: {self.ttfvt_s:g} s exceeds e2e_s ({self.e2e_s:g} s): the first visible token "
+                             "cannot come after the last; lower ttfvt_s or raise e2e_s")
+        return self
 
     def met(self, ttfvt_s: float | None, e2e_s: float | None) -> bool:
         """Whether a request with these latencies meets both objectives; one that never showed an answer token

@@ -190,6 +190,22 @@ def test_native_kv_offloading_on_a_cpu_tier() -> None:
     ]
 
 
+def test_an_objective_the_service_deadline_makes_unreachable() -> None:
+    """A request is cut at server.tier_timeout_s: a longer end-to-end objective could never be met."""
+    text = BASE + "server: {tier_timeout_s: 120}\nslos:\n  hard: {ttfvt_s: 60, e2e_s: 180}\n"
+    assert problems(text) == [
+        "p.yaml:32:30: slos.hard.e2e_s: 180 s exceeds server.tier_timeout_s (120 s), which ends such a request first; "
+        "raise tier_timeout_s to at least 180 or lower the objective"
+    ]
+
+
+def test_a_first_visible_token_objective_after_the_last_token_one() -> None:
+    assert problems(BASE + "slos:\n  easy: {ttfvt_s: 5, e2e_s: 4}\n") == [
+        "p.yaml:31:19: slos.easy.ttfvt_s: 5 s exceeds e2e_s (4 s): the first visible token cannot come after the last; "
+        "lower ttfvt_s or raise e2e_s"
+    ]
+
+
 def test_replica_bounds_reversed() -> None:
     assert problems(edit("    max_prompt_tokens: 512", "    replicas: {min: 3, max: 2}\n    max_prompt_tokens: 512")) == [
         "p.yaml:6:15: tiers.reasoning.replicas: min (3) must not exceed max (2)"
