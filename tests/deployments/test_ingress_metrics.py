@@ -151,3 +151,28 @@ def test_two_ingress_replicas_hold_a_tenant_to_its_limit_and_their_counters_neve
             done.set()
             sender.join()
         assert counts == sorted(counts) and counts[-1] > counts[0], counts
+
+
+@pytest.mark.integration
+def test_a_policy_reload_reaches_both_ingress_replicas(serve_port: int, tmp_path: Path) -> None:
+    """Each Ingress replica watches the policy file: after an edit every request is routed by the new rules,
+    whichever replica answers it, and after the edit is undone by the old ones again."""
+    from tests.live import policy_edit
+
+    edits = {"server": {"ingress_replicas": {"min": 2, "max": 2}}, "routing": {"classifier": {"enabled": False}}}
+    with synthetic_app(serve_port, tmp_path, "two-ingress-reload", edits, tokens_per_s=400) as url:
+        body = {"model": "tiny-reasoning", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8,
+                "reasoning_effort": "high"}
+
+        def degraded(requests: int) -> int:
+            with httpx.Client(timeout=60) as client:  # one connection per request: the proxy spreads them over both
+                replies = [client.post(f"{url}/v1/chat/completions", json=body, headers={"Connection": "close"})
+                           for _ in range(requests)]
+            assert {r.status_code for r in replies} == {200}
+            return sum("x-thinktier-degraded" in r.headers for r in replies)
+
+        assert degraded(12) == 0
+        saturated = {"degradation": {"saturated_waiting_requests": 0}}  # every tier counts as saturated: budgets shrink
+        with policy_edit(tmp_path / "two-ingress-reload-policy.yaml", saturated, lambda: degraded(1) == 1):
+            eventually(lambda: degraded(12) == 12, "an Ingress replica kept the old policy", 20)
+        eventually(lambda: degraded(12) == 0, "an Ingress replica kept the edited policy", 20)
