@@ -83,6 +83,10 @@ def test_configured_tier_changes_only_what_the_configuration_names(policy) -> No
     assert not bf16.engine.kv_offloading.enabled and bf16.engine.kv_cache_memory_gib is None
     assert bf16.engine.thinking_budget_processor == "thinktier"
     assert configured_tier(base, CONFIGS["fp8-vllm-budget"], "/m", None, 0.9).engine.thinking_budget_processor == "vllm"
+    preempt = configured_tier(base, CONFIGS["fp8-preempt-offload-prio"], "/m", 2.0, 0.3)
+    assert (preempt.engine.kv_offloading.mode, preempt.engine.kv_offloading.size_gib) == ("preempted", 16)
+    assert preempt.pool.memory_gib >= 16 + 2  # room for the host copy beside the engine process
+    assert configured_tier(base, CONFIGS["fp8-offload-prio"], "/m", 2.0, 0.3).engine.kv_offloading.mode == "native"
 
 
 def test_a_cpu_tier_runs_as_its_policy_says_with_its_replica_environment(monkeypatch) -> None:
