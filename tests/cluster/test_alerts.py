@@ -62,7 +62,8 @@ def _edited(policy: Path, edits: dict[str, Any], tmp_path: Path) -> Path:
     [
         (DEFAULT_POLICY, {}, FIXTURES / "default-policy.test.yaml"),
         (ROOT / "policies/examples/production-h100.yaml", {}, FIXTURES / "production-h100.test.yaml"),
-        (DEFAULT_POLICY, {"slos": {"hard": {"e2e_s": 1800}}}, FIXTURES / "past-largest-bucket.test.yaml"),
+        (DEFAULT_POLICY, {"slos": {"hard": {"e2e_s": 1800}}, "server": {"tier_timeout_s": 1800}},
+         FIXTURES / "past-largest-bucket.test.yaml"),
     ],
     ids=["default", "production-h100", "past-largest-bucket"],
 )
@@ -118,7 +119,7 @@ def test_thresholds_come_from_the_policy(tmp_path: Path) -> None:
 
 def test_an_objective_the_histogram_cannot_resolve_is_held_at_its_largest_bucket(tmp_path: Path) -> None:
     top = LATENCY_BUCKETS[-1]  # the quantile saturates there: "> top" would never fire
-    e2e = _exprs({"slos": {"hard": {"e2e_s": top}}}, tmp_path)["ThinktierE2ESLOBreached"]
+    e2e = _exprs({"slos": {"hard": {"e2e_s": top}}, "server": {"tier_timeout_s": top}}, tmp_path)["ThinktierE2ESLOBreached"]
     assert e2e["reasoning/hard"].endswith(f">= {top:g}") and e2e["reasoning/medium"].endswith("> 60")
 
 

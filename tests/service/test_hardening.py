@@ -268,7 +268,8 @@ def test_a_tier_replica_whose_warm_up_fails_shuts_its_engine_down(monkeypatch: p
 def test_serve_config_backs_the_tier_deadline_checks_health_often_and_logs_json() -> None:
     from thinktier.cluster.serve_config import SERVE_TIMEOUT_MARGIN_S, serve_config
 
-    policy = parse_policy(BASE.replace("version: 1", "version: 1\nserver: {tier_timeout_s: 90}"), "p.yaml")
+    deadline = "version: 1\nserver: {tier_timeout_s: 90}\nslos: {hard: {ttfvt_s: 60, e2e_s: 90}}"  # objectives within it
+    policy = parse_policy(BASE.replace("version: 1", deadline), "p.yaml")
     config = serve_config(policy, "/etc/thinktier/policy.yaml")
     assert config["http_options"]["request_timeout_s"] == 90 + SERVE_TIMEOUT_MARGIN_S
     deployments = config["applications"][0]["deployments"]
