@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from thinktier.deployments.tier.certainty import CertaintyTracker, probe_answer, probe_prompt
 from thinktier.deployments.tier.kv_offload import CONNECTOR, CONNECTOR_MODULE, HOST_BYTES
-from thinktier.deployments.tier.kv_offload.planner import LOAD_BYTES, STORE_BYTES
+from thinktier.deployments.tier.kv_offload.planner import COUNTER_PREFIX, LOAD_BYTES, STORE_BYTES
 from thinktier.deployments.tier.models import resolve_model
 from thinktier.deployments.tier.prompts import normalize_messages
 from thinktier.deployments.tier.protocol import Economy, PromptTooLong, TierChunk, TierRequest
@@ -137,7 +137,7 @@ class _EngineStats:
         self.offload_cache_hits_total = 0
         self.preemptions_resumed_from_host_total = 0
         self.preempted_tokens_total = 0
-        self.offload_loaded_tokens_total = 0
+        self.kv_offload_loaded_tokens_total = 0
         self.preempted_tokens_recomputed_total = 0
 
     def record_offload(self, connector_stats: dict[str, Any] | None, connector_prefix_stats: Any) -> None:
@@ -153,10 +153,10 @@ class _EngineStats:
 
         self.offload_store_bytes_total += total(STORE_BYTES)
         self.offload_load_bytes_total += total(LOAD_BYTES)
-        self.preemptions_resumed_from_host_total += total("thinktier:resumed_from_host")
-        self.preempted_tokens_total += total("thinktier:tokens_preempted")
-        self.offload_loaded_tokens_total += total("thinktier:tokens_loaded")
-        self.preempted_tokens_recomputed_total += total("thinktier:tokens_recomputed")
+        self.preemptions_resumed_from_host_total += total(COUNTER_PREFIX + "resumed_from_host")
+        self.preempted_tokens_total += total(COUNTER_PREFIX + "tokens_preempted")
+        self.kv_offload_loaded_tokens_total += total(COUNTER_PREFIX + "tokens_loaded")
+        self.preempted_tokens_recomputed_total += total(COUNTER_PREFIX + "tokens_recomputed")
 
     def logger_factory(self) -> Any:
         from vllm.v1.metrics.loggers import StatLoggerBase
@@ -412,7 +412,7 @@ class TierEngine:
             kv_offload_loaded_bytes_total=int(self._stats.offload_load_bytes_total),
             preemptions_resumed_from_host_total=self._stats.preemptions_resumed_from_host_total,
             preempted_tokens_total=self._stats.preempted_tokens_total,
-            kv_offload_loaded_tokens_total=self._stats.offload_loaded_tokens_total,
+            kv_offload_loaded_tokens_total=self._stats.kv_offload_loaded_tokens_total,
             preempted_tokens_recomputed_total=self._stats.preempted_tokens_recomputed_total,
         )
 

@@ -19,6 +19,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorStat
 from thinktier.deployments.tier.kv_offload import HOST_BYTES
 from thinktier.deployments.tier.kv_offload.copier import HostKVPool
 from thinktier.deployments.tier.kv_offload.planner import (
+    COUNTER_PREFIX,
     LOAD_BYTES,
     STORE_BYTES,
     OffloadCounters,
@@ -68,7 +69,7 @@ class PreemptOffloadStats(KVConnectorStats):
 
 
 def _stats(counters: OffloadCounters, bytes_per_block: int) -> PreemptOffloadStats:
-    data: dict[str, dict[str, float]] = {f"thinktier:{k}": {"": v} for k, v in asdict(counters).items()}
+    data: dict[str, dict[str, float]] = {COUNTER_PREFIX + k: {"": v} for k, v in asdict(counters).items()}
     data[STORE_BYTES] = {"": counters.blocks_stored * bytes_per_block}
     data[LOAD_BYTES] = {"": counters.blocks_loaded * bytes_per_block}
     return PreemptOffloadStats(data={"data": data})

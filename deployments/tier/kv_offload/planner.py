@@ -22,6 +22,8 @@ STORE_BYTES = "vllm:kv_offload_store_bytes"
 """Bytes copied from the engine's KV cache to host memory, under the name vLLM's own offloading connector reports."""
 LOAD_BYTES = "vllm:kv_offload_load_bytes"
 """Bytes copied back, likewise."""
+COUNTER_PREFIX = "thinktier:"
+"""Each `OffloadCounters` field is reported under this prefix and its name (the connector writes, the replica reads)."""
 
 
 @dataclass(frozen=True)
