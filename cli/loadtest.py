@@ -7,12 +7,13 @@ import os
 import sys
 from pathlib import Path
 
+from thinktier.deployments.classifier.difficulty_artifact import DEFAULT_ARTIFACT
 from thinktier.loadtest.client import RequestOptions
 from thinktier.loadtest.measure import LoadSpec
 from thinktier.loadtest.metrics_scraper import RAY_LLM_METRICS, THINKTIER_METRICS
 from thinktier.loadtest.report import RunReport
 from thinktier.loadtest.runner import RunSettings, Target
-from thinktier.loadtest.workload import Mix, PromptPool
+from thinktier.loadtest.workload import Mix, PromptPool, classifier_held_out
 from thinktier.policies.loader import DEFAULT_POLICY, PolicyError, load_policy
 from thinktier.policies.schema import EFFORTS
 from thinktier.training.reasoner.sizes import SIZES, SizeName
@@ -23,6 +24,7 @@ EXPORTERS = {"thinktier": THINKTIER_METRICS, "ray-serve-llm": RAY_LLM_METRICS}
 """Whose metric names the scrape reads."""
 SINGLE_POOL_POLICY = Path(__file__).resolve().parent.parent / "policies" / "examples" / "single-pool.yaml"
 PROBLEM_SETS = "problem-sets"
+HELD_OUT = "held-out"
 REASONER_PROMPTS: dict[str, SizeName] = {f"reasoner-{size}": size for size in SIZES}
 """--prompts choices of the reasoner's task family, by the size whose difficulty they take."""
 
@@ -63,12 +65,15 @@ def add_workload_args(parser: argparse.ArgumentParser) -> None:
     )
     w.add_argument(
         "--prompts",
-        choices=[PROBLEM_SETS, *REASONER_PROMPTS],
-        default=PROBLEM_SETS,
-        help="where the prompts come from: the packaged problem sets and chat prompts (answers not checked), or the "
-        "reasoner's task family at a size's difficulty (reasoner-small for builtin:reasoner-small): chained additions "
-        "per class and chat turns, drawn from --seed, every answer checked, so the report adds accuracy and correct "
-        f"goodput (default {PROBLEM_SETS})",
+        choices=[HELD_OUT, PROBLEM_SETS, *REASONER_PROMPTS],
+        default=HELD_OUT,
+        help=f"where the prompts come from: {HELD_OUT}, the packaged problem sets and chat prompts the default "
+        f"classifier ({DEFAULT_ARTIFACT}) was not trained on, as its manifest lists them, so its scores are those of "
+        f"new traffic (English alone under a short --max-prompt-chars leaves few hard problems, 7 at 400 characters: add "
+        f"--languages all); {PROBLEM_SETS}, all of them (answers not checked either way); or the reasoner's task family at "
+        "a size's difficulty (reasoner-small for builtin:reasoner-small): chained additions per class and chat turns, "
+        "drawn from --seed, every answer checked, so the report adds accuracy and correct goodput "
+        f"(default {HELD_OUT})",
     )
     w.add_argument(
         "--rate",
@@ -176,6 +181,7 @@ def spec_of(args: argparse.Namespace) -> LoadSpec:
         batch_size=args.batch_size,
         batches=args.batches,
         seed=args.seed,
+        prompts=args.prompts,
     )
 
 
@@ -198,8 +204,9 @@ def request_options(args: argparse.Namespace, model: str | None, thinking_token_
 
 def pool_of(args: argparse.Namespace) -> PromptPool:
     languages = None if args.languages == "all" else [c.strip() for c in args.languages.split(",") if c.strip()]
-    if args.prompts == PROBLEM_SETS:
-        return PromptPool.builtin(languages, args.max_prompt_chars)
+    if args.prompts in (HELD_OUT, PROBLEM_SETS):
+        only = classifier_held_out() if args.prompts == HELD_OUT else None
+        return PromptPool.builtin(languages, args.max_prompt_chars, only)
     try:
         return PromptPool.reasoner(REASONER_PROMPTS[args.prompts], args.seed, languages)
     except ValueError as exc:

@@ -238,8 +238,8 @@ def summarize(out_dir: Path, baseline: str) -> CompareReport:
     if not by_seed:
         raise ValueError(f"{out_dir}: no TARGET/{SEED_DIR}S/report.json with requests.jsonl beside it")
     first = by_seed[min(by_seed)]
-    settings = {k: v for k, v in next(iter(first.values())).settings.items() if k in ("mix", "mode", "rates", "shape",
-                                                                                       "duration_s", "batch_size")}
+    settings = {k: v for k, v in next(iter(first.values())).settings.items() if k in ("mix", "prompts", "mode", "rates",
+                                                                                       "shape", "duration_s", "batch_size")}
     settings["seeds"] = ",".join(str(s) for s in sorted(by_seed))
     settings.update({name: f"{t['what']} ({t['policy']})" for name, t in targets.items() if t})
     present = [t for t in targets if any(t in reports for reports in by_seed.values())]

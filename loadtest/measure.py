@@ -24,9 +24,13 @@ class LoadSpec:
     batch_size: int | None = None
     batches: int = 1
     seed: int = 0
+    prompts: str | None = None
+    """Where the prompts were drawn from (`--prompts`), recorded in the report's settings."""
 
     def settings(self) -> dict[str, object]:
         base: dict[str, object] = {"mix": str(self.mix), "seed": self.seed}
+        if self.prompts is not None:
+            base["prompts"] = self.prompts
         if self.batch_size is not None:
             return {**base, "mode": "closed", "batch_size": self.batch_size, "batches": self.batches}
         return {

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, get_args
 
 import numpy as np
 
+from thinktier.deployments.classifier.difficulty_artifact import DEFAULT_ARTIFACT, ArtifactManifest, artifact_paths
 from thinktier.training.data.chat_prompts import chat_prompts
 from thinktier.training.data.problems import Problem, load_problems
 from thinktier.training.reasoner import tasks
@@ -113,12 +114,19 @@ class PromptPool:
             self.by_class["chat"].append(Prompt(f"chat-{i}", text, "chat", "chat"))
 
     @classmethod
-    def builtin(cls, languages: Sequence[str] | None = None, max_chars: int | None = None) -> PromptPool:
+    def builtin(cls, languages: Sequence[str] | None = None, max_chars: int | None = None,
+                only_ids: Collection[str] | None = None) -> PromptPool:
         """The packaged problem sets (in `languages`, ISO 639-1; all when None) and chat prompts, without those
-        longer than `max_chars` (servers refuse prompts past their token limit)."""
-        problems = [p for p in load_problems(languages) if max_chars is None or len(p.text) <= max_chars]
-        chat = [c.text for c in chat_prompts(["en"])]  # English, as the load tests were calibrated on
-        return cls(problems, [c for c in chat if max_chars is None or len(c) <= max_chars])
+        longer than `max_chars` (servers refuse prompts past their token limit), and only those whose problem or
+        chat-prompt id is in `only_ids` where that is given (`classifier_held_out`)."""
+
+        def kept(prompt_id: str, text: str) -> bool:
+            return (max_chars is None or len(text) <= max_chars) and (only_ids is None or prompt_id in only_ids)
+
+        problems = [p for p in load_problems(languages) if kept(p.id, p.text)]
+        chat = [c for c in chat_prompts(["en"]) if kept(c.id, c.text)]  # English, as the load tests were calibrated on
+        return cls.of_prompts([*(Prompt(p.id, p.text, p.difficulty, p.source) for p in problems),
+                               *(Prompt(c.id, c.text, "chat", "chat") for c in chat)])
 
     @classmethod
     def of_prompts(cls, prompts: Iterable[Prompt]) -> PromptPool:
@@ -159,6 +167,13 @@ class PromptPool:
             group = self.by_class[classes[pick]]
             prompts.append(group[int(rng.integers(len(group)))])
         return prompts
+
+
+def classifier_held_out(artifact: str = DEFAULT_ARTIFACT) -> frozenset[str]:
+    """Ids of the problems (with all their translations) and chat prompts `artifact`'s classifier was not trained on,
+    as its manifest records them: a load drawn from them does not score prompts the classifier has seen."""
+    manifest = ArtifactManifest.model_validate_json(artifact_paths(artifact)[0].read_text(encoding="utf-8"))
+    return frozenset(pid for ids in manifest.provenance.held_out_problems.values() for pid in ids)
 
 
 def _reasoner_language(languages: Sequence[str] | None) -> tasks.Language | None:

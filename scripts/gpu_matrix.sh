@@ -50,6 +50,10 @@ case "$card" in
   *) echo "GPU_MATRIX_UNKNOWN_CARD: $card (H100 or H200 expected)"; exit 3 ;;
 esac
 IFS=, read -r low middle high <<< "${RATES:-$default_rates}"
+# PROMPTS / LANGUAGES: the H100 matrix of 2026-12-05 ran `problem-sets` in English (the default then); finish it so.
+# A new matrix sends the default classifier's held-out prompts in every language (130 hard problems against English's 13).
+prompts=${PROMPTS:-held-out}
+languages=${LANGUAGES:-all}
 case "$part" in
   mid) runs=(--rate "$middle" --seed 0 --repeat-seeds 1,2) ;;
   mid-seed0) runs=(--rate "$middle" --seed 0) ;;
@@ -57,7 +61,8 @@ case "$part" in
   *) echo "GPU_MATRIX_UNKNOWN_PART: $part (mid or sides)"; exit 3 ;;
 esac
 mkdir -p "$OUT/gpu-matrix/$target"
-echo "$card; rates $low,$middle,$high; part $part" > "$OUT/gpu-matrix/$target/device-$part.txt"
+echo "$card; rates $low,$middle,$high; part $part; prompts $prompts; languages $languages" \
+  > "$OUT/gpu-matrix/$target/device-$part.txt"
 one_replica='tiers.reasoning.replicas={"min":1,"max":1}'
 export PYTHONUNBUFFERED=1
 timeout "${MATRIX_TIMEOUT_S:-570}" python3 -m thinktier loadtest compare --targets "$target" \
@@ -67,7 +72,7 @@ timeout "${MATRIX_TIMEOUT_S:-570}" python3 -m thinktier loadtest compare --targe
   --single-pool-policy policies/examples/gpu-onepool-haproxy.yaml --pool-set "$one_replica" \
   --pool-set tiers.reasoning.pool.accelerator_type=$accel \
   --pool-set tiers.reasoning.engine.kv_cache_memory_gib=2.25 \
-  "${runs[@]}" --shape 0.5 --duration 45 --request-timeout 120 \
+  --prompts "$prompts" --languages "$languages" "${runs[@]}" --shape 0.5 --duration 45 --request-timeout 120 \
   --out "$OUT/gpu-matrix" --no-progress > "$OUT/gpu-matrix-$target-$part.log" 2>&1
 status=$?
 tail -n 5 "$OUT/gpu-matrix-$target-$part.log"

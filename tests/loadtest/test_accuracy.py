@@ -68,7 +68,7 @@ def _parsed(*argv: str) -> argparse.Namespace:
 def test_prompts_flag_picks_the_reasoner_workload_seeded_by_seed() -> None:
     pool = cli_loadtest.pool_of(_parsed("--prompts", "reasoner-small", "--seed", "7"))
     assert pool.by_class == PromptPool.reasoner("small", seed=7, languages=["en"]).by_class
-    assert _parsed().prompts == "problem-sets"
+    assert _parsed().prompts == "held-out"
     with pytest.raises(SystemExit, match="give one of them or all"):
         cli_loadtest.pool_of(_parsed("--prompts", "reasoner-small", "--languages", "zh"))
 

@@ -3,6 +3,7 @@ real run against a running thinktier."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import socket
@@ -20,6 +21,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 from starlette.routing import Route
 
 from tests.conftest import TINY_POLICY
+from thinktier.cli import loadtest as cli_loadtest
 from thinktier.cluster.local import LocalCluster
 from thinktier.deployments.tier.engine import engine_kwargs
 from thinktier.loadtest.client import RequestOptions, RequestResult
@@ -38,6 +40,7 @@ from thinktier.loadtest.workload import (
     PromptPool,
     WorkItem,
     arrival_times,
+    classifier_held_out,
     closed_loop,
     gamma_interarrivals,
     open_loop,
@@ -104,6 +107,24 @@ def test_mix_errors_name_the_problem() -> None:
 def test_builtin_pool_has_every_class() -> None:
     pool = PromptPool.builtin(["en"])
     assert all(pool.by_class[c] for c in ("easy", "medium", "hard", "chat"))
+
+
+def test_default_load_sends_only_prompts_the_default_classifier_never_trained_on() -> None:
+    held_out = classifier_held_out()
+    default = cli_loadtest.pool_of(_parsed_run())
+    everything = cli_loadtest.pool_of(_parsed_run("--prompts", "problem-sets"))
+    for request_class in ("easy", "medium", "hard", "chat"):
+        ids = {p.id for p in default.by_class[request_class]}
+        assert ids and ids <= held_out
+        assert len(ids) < len({p.id for p in everything.by_class[request_class]})
+    drawn = default.draw(np.random.default_rng(0), Mix.parse("easy=1,medium=1,hard=1,chat=1"), 200)
+    assert {p.id for p in drawn} <= held_out
+
+
+def _parsed_run(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    cli_loadtest.register(parser.add_subparsers())
+    return parser.parse_args(["loadtest", "run", "--url", "http://127.0.0.1:1", *argv])
 
 
 # ---- the client against a real SSE server -------------------------------------------------------
