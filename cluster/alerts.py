@@ -164,6 +164,11 @@ def capacity_alerts(policy: Policy) -> list[Alert]:
     ]
     for tier_name, tier in policy.tiers.items():
         limit = tier.autoscaling.max_stragglers_per_replica
+        if tier.autoscaling.signal == "kv_and_stragglers":
+            meaning = f"the autoscaler should have added replicas within {FOR['stragglers']}."
+        else:
+            meaning = (f"the tier scales on ongoing requests ({tier.autoscaling.target_ongoing_requests:g} per "
+                       "replica), not on stragglers: long requests hold it; raise its replicas.max or lower its budgets.")
         alerts.append(
             Alert(
                 name="ThinktierStragglersAboveLimit",
@@ -173,8 +178,7 @@ def capacity_alerts(policy: Policy) -> list[Alert]:
                 labels=(("tier", tier_name),),
                 summary="Tier {{ $labels.tier }} has {{ $value | humanize }} stragglers per replica, above the "
                 f"autoscaler's limit of {limit:g}",
-                description=f"tiers.{tier_name}.autoscaling.max_stragglers_per_replica is {limit:g}; the autoscaler "
-                f"should have added replicas within {FOR['stragglers']}.",
+                description=f"tiers.{tier_name}.autoscaling.max_stragglers_per_replica is {limit:g}; {meaning}",
             )
         )
     alerts.append(

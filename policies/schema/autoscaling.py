@@ -24,7 +24,11 @@ class Autoscaling(StrictModel):
     )
     target_kv_occupancy: float = Field(0.7, gt=0, le=1, description="Scale up when mean KV occupancy stays above this.")
     scale_down_kv_occupancy: float = Field(0.3, ge=0, lt=1, description="Scale down only when KV occupancy stays below this.")
-    max_stragglers_per_replica: float = Field(2, ge=0, description="Scale up when stragglers per replica pass this.")
+    max_stragglers_per_replica: float = Field(
+        2, ge=0,
+        description="With signal kv_and_stragglers, scale up when stragglers per replica pass this; with either "
+        "signal, the threshold of the ThinktierStragglersAboveLimit alert.",
+    )
     target_ongoing_requests: float = Field(8, gt=0, description="Queue-depth floor: replicas >= ongoing / this.")
     upscale_delay_s: float = Field(5, ge=0, description="Condition must hold this long before scaling up.")
     downscale_delay_s: float = Field(30, ge=0, description="Condition must hold this long before scaling down.")

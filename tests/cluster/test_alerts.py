@@ -117,6 +117,18 @@ def test_thresholds_come_from_the_policy(tmp_path: Path) -> None:
     assert "< 2 or absent" in floors["tier-reasoning"] and "< 1 or absent" in floors["tier-chat"]
 
 
+def test_the_straggler_alert_says_what_the_tiers_own_scaling_signal_does_about_stragglers(tmp_path: Path) -> None:
+    edits = {"tiers": {"reasoning": {"autoscaling": {"signal": "kv_and_stragglers"}}}}
+    descriptions = {
+        rule["labels"]["tier"]: rule["annotations"]["description"]
+        for group in alert_rules(load_policy(_edited(DEFAULT_POLICY, edits, tmp_path)))
+        for rule in group["rules"] if rule["alert"] == "ThinktierStragglersAboveLimit"
+    }
+    assert "the autoscaler should have added replicas" in descriptions["reasoning"]
+    assert "scales on ongoing requests (8 per replica), not on stragglers" in descriptions["chat"]
+    assert "autoscaler should have added" not in descriptions["chat"]
+
+
 def test_an_objective_the_histogram_cannot_resolve_is_held_at_its_largest_bucket(tmp_path: Path) -> None:
     top = LATENCY_BUCKETS[-1]  # the quantile saturates there: "> top" would never fire
     e2e = _exprs({"slos": {"hard": {"e2e_s": top}}, "server": {"tier_timeout_s": top}}, tmp_path)["ThinktierE2ESLOBreached"]
