@@ -61,6 +61,8 @@ class Decision:
     notes: tuple[str, ...] = field(default_factory=tuple)
     consensus: int = 1
     """Agreeing samples that stop the others; `samples` when nothing stops early."""
+    staged: bool = False
+    """Samples start `consensus` at a time, more only when needed (the budget's `staged`)."""
     certainty_agree: int | None = None
     """Agreeing probes that end the thinking (certainty exit); None when it is off."""
     home: str | None = None

@@ -411,6 +411,7 @@ class Ingress:
             cache_salt=f"tenant:{slot.tenant}",
             samples=decision.samples,
             consensus=decision.consensus,
+            staged=decision.staged,
             text_similarity=tier.voting.text_similarity,
             certainty_exit=certainty_exit(tier.early_exit, decision.certainty_agree),
             progress=parsed.stream,

@@ -85,6 +85,7 @@ def budget_decision(
         answer = min(answer, request.max_answer_tokens)
     samples = budget.samples if request.samples is None else min(budget.samples, request.samples)
     consensus = budget.consensus_of(samples) if request.early_stop else samples
+    staged = budget.staged and consensus < samples
     certainty_agree = None
     if budget.early_exit and request.early_stop and thinking > 0 and samples == 1:
         certainty_agree = max(policy.tiers[tier].early_exit.agree, request.early_stop_agree or 0)
@@ -102,6 +103,7 @@ def budget_decision(
         answer_tokens=answer,
         samples=samples,
         consensus=consensus,
+        staged=staged,
         certainty_agree=certainty_agree,
         priority=vllm_priority(policy, scheduled_as, request.arrival_s),
         reason=reason,
@@ -144,6 +146,7 @@ def degrade(policy: Policy, request: RoutingRequest, decision: Decision, loads: 
             answer_tokens=smaller.answer_tokens,
             samples=smaller.samples,
             consensus=smaller.consensus,
+            staged=smaller.staged,
             certainty_agree=smaller.certainty_agree,
             priority=smaller.priority,
             degraded=f"budget:{shrink}",

@@ -46,6 +46,8 @@ class TierRequest:
     """Self-consistency: decodes of the prompt that vote on the answer."""
     consensus: int = 1
     """Agreeing samples that end the vote early (the others are aborted); `samples` decodes every one."""
+    staged: bool = False
+    """Start `consensus` samples, and another only when those decoding can no longer reach consensus."""
     text_similarity: float | None = None
     """Free-text answers agree at this embedding similarity (numbers compare by value); None: as normalised text."""
     certainty_exit: EarlyExit | None = None
@@ -67,6 +69,7 @@ class Economy:
     """How a request spent its tokens: samples started and aborted, votes, and what an early stop saved."""
 
     samples: int = 1
+    """Samples started (fewer than asked where staged sampling reached consensus first)."""
     samples_aborted: int = 0
     votes: dict[str, int] | None = None
     """Answer -> samples that gave it (an equivalent form counts for the first one written), largest first."""
@@ -74,8 +77,8 @@ class Economy:
     """The chosen answer had more than half of the samples."""
     early_stop: EarlyStop | None = None
     tokens_saved: int = 0
-    """Tokens not generated thanks to the early stop, estimated from the budget: each aborted sample's unspent budget,
-    or the thinking budget left when certainty ended the thinking."""
+    """Tokens not generated thanks to the early stop, estimated from the budget: each aborted sample's unspent budget
+    and each never-started sample's whole budget, or the thinking budget left when certainty ended the thinking."""
     probes: int = 0
     """Certainty probes sent."""
 

@@ -7,6 +7,12 @@ of a 901-token prompt computed 936 prompt tokens, as one request with n=8 did; `
 requests, unlike one request with `n`, can each be aborted: once `consensus` samples agree, the others are cancelled
 and vLLM frees their KV at once.
 
+Samples of one prompt tend to think about as long as each other, so when `consensus` of them agree the others are
+near their ends too and aborting them saves little. Staged sampling (`staged`, adaptive self-consistency) starts only
+`consensus` samples and starts another only when those still decoding can no longer bring the leading answer to
+`consensus`: an agreeing prompt costs `consensus` samples, not all of them. A later sample still shares the prompt's
+cached blocks, while the prefix cache keeps them.
+
 The engine supplies how one sample decodes (`decode`) and, for free-text answers, how texts embed (`embed`); everything
 here is orchestration, tested with fake decodes.
 """
@@ -33,7 +39,7 @@ def sample_request(request: TierRequest, index: int) -> TierRequest:
     is the samples' early stop; certainty exit is for one-sample decodes."""
     seed = None if request.seed is None else request.seed + index
     return replace(request, request_id=f"{request.request_id}-s{index}", seed=seed, samples=1, consensus=1,
-                   certainty_exit=None)
+                   staged=False, certainty_exit=None)
 
 
 @dataclass
@@ -41,6 +47,14 @@ class _Sample:
     index: int
     chunks: list[TierChunk] = field(default_factory=list)
     task: asyncio.Task[None] | None = None
+
+    @property
+    def started(self) -> bool:
+        return self.task is not None
+
+    @property
+    def running(self) -> bool:
+        return self.task is not None and not self.finished
 
     @property
     def finished(self) -> bool:
@@ -105,12 +119,11 @@ class Vote:
         """Progress chunks (sample 0's reasoning, when the request streams; once it has ended, an empty chunk every
         `HEARTBEAT_S` while the other samples decode, so the stream never looks stuck), then the last chunk: the chosen
         sample's answer, every sample's tokens and the votes."""
-        for sample in self.samples:
-            sample.task = asyncio.create_task(self._run(sample))
+        self._start(self.request.consensus if self.request.staged else len(self.samples))
         decided = False
         last_sent = time.monotonic()
         try:
-            while not decided and not all(s.finished for s in self.samples):
+            while not decided and any(s.running for s in self.samples):
                 index, item = await self._queue.get()
                 if isinstance(item, BaseException):
                     raise item
@@ -124,9 +137,22 @@ class Vote:
                     last_sent = time.monotonic()
                 if sample.finished:
                     decided = await self._count(sample)
+                    if not decided and self.request.staged:
+                        self._start(self._still_needed())
         finally:
             aborted = await self._cancel_unfinished()
         yield self._result(aborted, early=decided)
+
+    def _start(self, count: int) -> None:
+        """Start the next `count` samples not yet started (fewer where fewer are left)."""
+        for sample in [s for s in self.samples if not s.started][:count]:
+            sample.task = asyncio.create_task(self._run(sample))
+
+    def _still_needed(self) -> int:
+        """Samples to start so that the leading answer could still reach consensus if every running sample joined it."""
+        leading = max(self.ballot.counts().values(), default=0)
+        running = sum(s.running for s in self.samples)
+        return max(0, self.request.consensus - leading - running)
 
     async def _count(self, sample: _Sample) -> bool:
         """Count a finished sample's answer; True once `consensus` samples agree."""
@@ -156,8 +182,10 @@ class Vote:
 
     def _result(self, aborted: list[_Sample], early: bool) -> TierChunk:
         chosen = self._chosen().whole
-        wholes = [s.whole for s in self.samples]
+        started = [s for s in self.samples if s.started]
+        wholes = [s.whole for s in started]
         budget = self.request.thinking_tokens + self.request.answer_tokens
+        never_started = len(self.samples) - len(started)
         return TierChunk(
             reasoning="" if self.request.progress else chosen.reasoning,
             content=chosen.content,
@@ -169,11 +197,11 @@ class Vote:
             first_token_s=min((w.first_token_s for w in wholes if w.first_token_s is not None), default=None),
             first_visible_s=time.monotonic() - self._started,  # the answer shows once the vote is decided
             economy=Economy(
-                samples=len(self.samples),
+                samples=len(started),
                 samples_aborted=len(aborted),
                 votes=self.ballot.counts(),
-                majority=self.ballot.majority(len(self.samples)),
+                majority=self.ballot.majority(len(started)),
                 early_stop="consensus" if early else None,
-                tokens_saved=sum(max(0, budget - s.tokens) for s in aborted),
+                tokens_saved=sum(max(0, budget - s.tokens) for s in aborted) + never_started * budget,
             ),
         )

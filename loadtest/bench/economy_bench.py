@@ -12,8 +12,9 @@ each against its baseline in the same run:
    together under one cache salt, sample j with seed + j (what the vote itself sends: `sample_request`), so each
    sample's answer is known; the accuracy of a majority vote of the first n of them, n = 1..N, is counted from those
    answers (no further decodes). Against them, the self-consistency request with the same seed, whose samples are the
-   same decodes, stopped once `consensus` agree: its tokens, its accuracy and the share of prompts whose voted answer
-   is the full vote's (one of them, where the full vote is tied). Prompt i's samples have seeds of their own,
+   same decodes, stopped once `consensus` agree, with its samples started together and again staged (`consensus`
+   started, more only when needed): its tokens, its accuracy and the share of prompts whose voted answer is the full
+   vote's (one of them, where the full vote is tied). Prompt i's samples have seeds of their own,
    (seed x 1000 + i) x N + j, so no two prompts' samples draw the same random numbers.
 3. Certainty exit: thinking tokens and accuracy of one decode with and without probing: greedy on the arithmetic
    prompts, on the reasoner's at the samples' temperature with one seed for both (the probes are requests of their
@@ -135,9 +136,14 @@ class EconomyBench:
         samples = await asyncio.gather(*(
             collect(self.engine.generate(self._request(f"{salt}-s{j}", prompt, seed=seed + j, cache_salt=salt)))
             for j in range(s.samples)))
+        started = time.monotonic()
         early = await collect(self.engine.generate(
             self._request(f"cs-early-{i}", prompt, samples=s.samples, consensus=s.consensus, seed=seed)))
-        assert early.economy is not None
+        early_s, started = time.monotonic() - started, time.monotonic()
+        staged = await collect(self.engine.generate(
+            self._request(f"cs-staged-{i}", prompt, samples=s.samples, consensus=s.consensus, staged=True, seed=seed)))
+        staged_s = time.monotonic() - started
+        assert early.economy is not None and staged.economy is not None
         return ConsensusRow(
             difficulty=prompt.difficulty,
             answers=[extract_answer(sample.content) for sample in samples],
@@ -145,6 +151,9 @@ class EconomyBench:
             tokens=[sample.reasoning_tokens + sample.answer_tokens for sample in samples],
             answer_early=_voted(early), correct_early=prompt.check(early.content),
             tokens_early=early.reasoning_tokens + early.answer_tokens, aborted=early.economy.samples_aborted,
+            answer_staged=_voted(staged), correct_staged=prompt.check(staged.content),
+            tokens_staged=staged.reasoning_tokens + staged.answer_tokens, started_staged=staged.economy.samples,
+            seconds_early=early_s, seconds_staged=staged_s,
         )
 
     async def certainty(self, i: int, prompt: BenchPrompt) -> CertaintyRow:

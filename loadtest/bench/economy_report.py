@@ -52,6 +52,14 @@ class ConsensusRow:
     correct_early: bool
     tokens_early: int
     aborted: int
+    answer_staged: str | None = None
+    """The same vote with staged samples (`consensus` started, more only when needed); None where it was not run."""
+    correct_staged: bool = False
+    tokens_staged: int | None = None
+    started_staged: int = 0
+    seconds_early: float | None = None
+    """Wall time of the vote with its samples together, and staged (one prompt at a time on an otherwise idle engine)."""
+    seconds_staged: float | None = None
 
 
 @dataclass
@@ -136,7 +144,25 @@ def _consensus(rows: Sequence[ConsensusRow]) -> dict[str, Any]:
     full = [vote_of_first(r.answers, r.correct, len(r.answers)) for r in rows]
     tokens_full = sum(sum(r.tokens) for r in rows)
     tokens_early = sum(r.tokens_early for r in rows)
-    return {
+    staged: dict[str, Any] = {}
+    if all(r.tokens_staged is not None for r in rows):
+        tokens_staged = sum(r.tokens_staged or 0 for r in rows)
+        staged = {"staged": {
+            "tokens": tokens_staged, "tokens_saved_share": 1 - tokens_staged / tokens_full,
+            "per_prompt_saved_share_median": statistics.median(1 - (r.tokens_staged or 0) / sum(r.tokens) for r in rows),
+            "same_answer_share": _share([any(_agree(a, r.answer_staged) for a in majority_answers(r.answers))
+                                         for r in rows]),
+            "samples_started_mean": statistics.mean(r.started_staged for r in rows),
+            "accuracy": _share([r.correct_staged for r in rows]),
+        }}
+        if all(r.seconds_early and r.seconds_staged for r in rows):
+            staged["staged"] |= {
+                "seconds_early_median": statistics.median(r.seconds_early or 0.0 for r in rows),
+                "seconds_median": statistics.median(r.seconds_staged or 0.0 for r in rows),
+                "seconds_ratio_median": statistics.median((r.seconds_staged or 0.0) / (r.seconds_early or 1.0)
+                                                          for r in rows),
+            }
+    return staged | {
         "tokens_full": tokens_full, "tokens_early": tokens_early, "tokens_saved_share": 1 - tokens_early / tokens_full,
         "per_prompt_saved_share_median": statistics.median(1 - r.tokens_early / sum(r.tokens) for r in rows),
         "same_answer_share": _share([any(_agree(a, r.answer_early) for a in majority_answers(r.answers)) for r in rows]),
@@ -209,11 +235,13 @@ def _exit_aim(summary: dict[str, Any]) -> Aim:
     return Aim(name, target, measured, _at_least(ce["thinking_saved_share"], EXIT_SAVING) and _at_least(change, -EXIT_DROP))
 
 
-def _consensus_aim(summary: dict[str, Any]) -> Aim:
-    name = "early consensus"
+def _consensus_aim(summary: dict[str, Any], staged: bool = False) -> Aim:
+    name = "early consensus, staged samples" if staged else "early consensus"
     target = (f"at least {100 * CONSENSUS_SAVING:.0f}% fewer tokens than the full vote, its majority answer on at least "
               f"{100 * CONSENSUS_SAME:.0f}% of prompts")
     c = summary.get("consensus")
+    if c is not None and staged:
+        c = c.get("staged")
     if c is None:
         return Aim(name, target, "not measured (the consensus phase was not run)", None)
     measured = f"{100 * c['tokens_saved_share']:.0f}% fewer; same answer on {100 * c['same_answer_share']:.0f}%"
@@ -222,8 +250,9 @@ def _consensus_aim(summary: dict[str, Any]) -> Aim:
 
 
 def aims(summary: dict[str, Any]) -> list[Aim]:
-    """The issue's three aims on the reasoner, each met, missed or not measured by this run."""
-    return [_vote_aim(summary), _exit_aim(summary), _consensus_aim(summary)]
+    """The issue's three aims on the reasoner, each met, missed or not measured by this run; early consensus with the
+    samples started together and staged."""
+    return [_vote_aim(summary), _exit_aim(summary), _consensus_aim(summary), _consensus_aim(summary, staged=True)]
 
 
 def _verdict(met: bool | None) -> str:
@@ -271,14 +300,36 @@ def _vote_lines(s: dict[str, Any], votes: dict[str, Any]) -> list[str]:
 
 
 def _consensus_lines(s: dict[str, Any], c: dict[str, Any]) -> list[str]:
-    return [f"## Early consensus: N = {s['samples']}, stop at {s['consensus']} agreeing (temperature {s['temperature']})",
-            "", "| | all samples to the end | early consensus |", "|---|---|---|",
-            f"| tokens (thinking + answer, all samples) | {c['tokens_full']:,} | {c['tokens_early']:,} "
-            f"(**{100 * c['tokens_saved_share']:.0f}% fewer**; median per prompt "
-            f"{100 * c['per_prompt_saved_share_median']:.0f}%) |",
-            f"| voted answer the same | - | **{100 * c['same_answer_share']:.0f}%** of prompts |",
-            f"| voted answer correct | {100 * c['accuracy_full']:.0f}% | {100 * c['accuracy_early']:.0f}% |",
-            f"| samples aborted per prompt (mean) | 0 | {c['samples_aborted_mean']:.1f} |", ""]
+    st = c.get("staged")
+
+    def staged(cell: str) -> str:
+        return f" {cell} |" if st else ""
+
+    def saved(tokens: int, share: float, median: float) -> str:
+        return f"{tokens:,} (**{100 * share:.0f}% fewer**; median per prompt {100 * median:.0f}%)"
+
+    lines = [f"## Early consensus: N = {s['samples']}, stop at {s['consensus']} agreeing (temperature {s['temperature']})",
+             "", "| | all samples to the end | early consensus, samples together |" + staged("staged samples"),
+             "|---|---|---|" + staged("---"),
+             f"| tokens (thinking + answer, all samples) | {c['tokens_full']:,} | "
+             f"{saved(c['tokens_early'], c['tokens_saved_share'], c['per_prompt_saved_share_median'])} |"
+             + (staged(saved(st["tokens"], st["tokens_saved_share"], st["per_prompt_saved_share_median"])) if st else ""),
+             f"| voted answer the same | - | **{100 * c['same_answer_share']:.0f}%** of prompts |"
+             + (staged(f"**{100 * st['same_answer_share']:.0f}%** of prompts") if st else ""),
+             f"| voted answer correct | {100 * c['accuracy_full']:.0f}% | {100 * c['accuracy_early']:.0f}% |"
+             + (staged(f"{100 * st['accuracy']:.0f}%") if st else ""),
+             f"| samples started per prompt (mean) | {s['samples']} | {s['samples']} |"
+             + (staged(f"{st['samples_started_mean']:.1f}") if st else ""),
+             f"| samples aborted per prompt (mean) | 0 | {c['samples_aborted_mean']:.1f} |" + staged("-")]
+    if st and "seconds_median" in st:
+        lines.append(f"| wall time per vote, median (one prompt at a time) | - | {st['seconds_early_median']:.1f} s |"
+                     f" {st['seconds_median']:.1f} s (median ratio {st['seconds_ratio_median']:.2f}x) |")
+    lines.append("")
+    if st:
+        lines += ["Staged samples: the first `consensus` samples start together, and another only when those still "
+                  "decoding can no longer bring the leading answer to `consensus` (`budgets.<effort>.staged`); each "
+                  "sample j decodes with seed + j either way, so the three columns vote over the same samples.", ""]
+    return lines
 
 
 def _certainty_lines(s: dict[str, Any], temperature: float, ce: dict[str, Any]) -> list[str]:

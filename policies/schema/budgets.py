@@ -22,6 +22,13 @@ class Budget(StrictModel):
         description="Early consensus: once this many samples agree, the others are aborted and their KV freed. A strict "
         "majority of samples when unset (3 of 4); equal to samples, every sample runs to its end.",
     )
+    staged: bool = Field(
+        False,
+        description="Adaptive self-consistency: start only consensus samples, and another only when the samples still "
+        "decoding can no longer bring the leading answer to consensus. Where samples agree, the vote costs consensus "
+        "samples instead of all of them; where they disagree, the answer comes later (an extra sample starts after "
+        "an earlier one ended).",
+    )
     early_exit: bool = Field(
         False,
         description="Certainty-based early exit for one-sample decodes: probe the answer every early_exit.interval_tokens "

@@ -80,6 +80,40 @@ def test_early_consensus_cancels_the_samples_still_decoding_and_counts_what_they
     assert last.reasoning_tokens < 2 + 3 + 4 + 40
 
 
+def staged(samples: int, consensus: int) -> TierRequest:
+    return TierRequest("r", thinking_tokens=50, answer_tokens=10, samples=samples, consensus=consensus, staged=True,
+                       progress=False, seed=100)
+
+
+def test_staged_samples_that_agree_cost_consensus_samples_and_never_start_the_rest() -> None:
+    fake = FakeSamples(["7"] * 8, steps=[3] * 8)
+    _, last = vote(fake, staged(samples=8, consensus=3))
+    assert last.economy is not None
+    assert set(fake.seeds) == {0, 1, 2}  # only three decodes ever reached the engine
+    assert last.economy.samples == 3 and last.economy.samples_aborted == 0 and last.economy.votes == {"7": 3}
+    assert last.economy.early_stop == "consensus" and last.economy.tokens_saved == 5 * (50 + 10)
+    assert last.reasoning_tokens == 3 * 3
+
+
+def test_a_staged_vote_starts_another_sample_only_when_those_running_can_no_longer_agree() -> None:
+    # 0, 1 and 2 start; when 1 disagrees, 0 has answered 7 and only 2 is still running, so 7 could reach 2 votes at
+    # most: 3 starts, 2 and 3 agree with 0, and the vote ends with 4 of 8 samples decoded
+    fake = FakeSamples(["7", "9", "7", "7", "9", "9", "9", "9"], steps=[2, 3, 4, 2, 2, 2, 2, 2])
+    _, last = vote(fake, staged(samples=8, consensus=3))
+    assert last.economy is not None
+    assert set(fake.seeds) == {0, 1, 2, 3} and fake.seeds[3] == 103  # the late sample keeps its own seed
+    assert last.economy.votes == {"7": 3, "9": 1} and last.content == "The answer is 7."
+    assert last.economy.samples == 4 and last.economy.early_stop == "consensus"
+
+
+def test_a_staged_vote_that_never_agrees_decodes_every_sample_and_answers_with_the_largest_group() -> None:
+    fake = FakeSamples(["1", "2", "3", "1", "4"], steps=[1, 1, 1, 1, 1])
+    _, last = vote(fake, staged(samples=5, consensus=3))
+    assert last.economy is not None
+    assert set(fake.seeds) == {0, 1, 2, 3, 4} and last.economy.samples == 5
+    assert last.economy.early_stop is None and last.economy.votes == {"1": 2, "2": 1, "3": 1, "4": 1}
+
+
 def test_no_majority_is_reported_and_the_largest_group_still_answers() -> None:
     fake = FakeSamples(["1", "2", "2", "3", "4"], steps=[1, 2, 3, 4, 5])
     _, last = vote(fake, request(samples=5, consensus=5))
@@ -180,7 +214,7 @@ tiers:
     budgets:
       low: {thinking_tokens: 64, answer_tokens: 32, early_exit: true}
       medium: {thinking_tokens: 128, answer_tokens: 32, samples: 8}
-      high: {thinking_tokens: 256, answer_tokens: 32, samples: 4, consensus: 2}
+      high: {thinking_tokens: 256, answer_tokens: 32, samples: 4, consensus: 2, staged: true}
 routing: {chat_tier: null}
 """)
 
@@ -201,6 +235,16 @@ def test_the_policy_sets_samples_consensus_and_certainty_and_a_request_only_narr
     assert decide("low", early_stop_agree=2) == (1, 1, 3)  # never looser
     assert decide("low", early_stop=False) == (1, 1, None)
     assert decide("low", thinking_off=True)[2] is None  # nothing to exit from
+
+
+def test_staged_sampling_comes_from_the_budget_and_only_where_samples_may_stop_early() -> None:
+    def staged_of(effort: str, **asked: object) -> bool:
+        return budget_decision(POLICY, RoutingRequest(prompt="x", **asked), "reasoning", effort,  # type: ignore[arg-type]
+                               "request_effort", None).staged
+
+    assert staged_of("high") and not staged_of("medium")
+    assert not staged_of("high", early_stop=False)  # every sample to its end: all start together
+    assert not staged_of("high", samples=2)  # consensus 2 of 2: nothing to leave unstarted
 
 
 def test_consensus_above_samples_is_a_policy_error() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, cast
 
@@ -116,6 +117,26 @@ def test_the_consensus_aim_needs_forty_percent_fewer_tokens_and_the_same_answer_
     assert summarize([], tied, [])["consensus"]["same_answer_share"] == pytest.approx(2 / 3)  # either of a tie is the same
 
 
+def test_staged_samples_are_judged_by_the_same_consensus_aim_beside_the_samples_started_together() -> None:
+    def staged_row(tokens_staged: int, answer: str = "7") -> ConsensusRow:
+        row = consensus_row("hard", RIGHT_VOTE, tokens=100, tokens_early=450)
+        return replace(row, answer_staged=answer, correct_staged=answer == "7", tokens_staged=tokens_staged,
+                       started_staged=3, seconds_early=10.0, seconds_staged=15.0)
+
+    summary = summarize([], [staged_row(300)] * 9 + [staged_row(300, answer="1")], [])
+    staged = summary["consensus"]["staged"]
+    assert staged["tokens_saved_share"] == pytest.approx(0.4) and staged["same_answer_share"] == pytest.approx(0.9)
+    assert staged["accuracy"] == pytest.approx(0.9) and staged["samples_started_mean"] == 3
+    assert by_name(summary)["early consensus, staged samples"].met is True
+    assert by_name(summary)["early consensus"].met is False  # 500 -> 450 with the samples started together
+    assert by_name(summarize([], [staged_row(310)] * 10, []))["early consensus, staged samples"].met is False
+    assert by_name(summarize([], HARD, []))["early consensus, staged samples"].met is None  # a run without staging
+    text = markdown(report_of(summary), aims(summary))
+    assert "| early consensus, samples together | staged samples |" in text
+    assert "| samples started per prompt (mean) | 5 | 5 | 3.0 |" in text
+    assert "| wall time per vote, median (one prompt at a time) | - | 10.0 s | 15.0 s (median ratio 1.50x) |" in text
+
+
 def test_the_certainty_aim_needs_a_quarter_of_the_thinking_saved_and_accuracy_within_a_point() -> None:
     rows = [certainty_row("7", "7", 400, 300)] * 4
     summary = summarize([], [], rows)
@@ -160,7 +181,7 @@ def test_a_report_without_prefill_or_consensus_marks_their_aims_not_measured() -
     summary = summarize([], [], [certainty_row("7", "7", 400, 100)])
     text = markdown(report_of(summary, temperature=0.0), aims(summary))
     assert "## Prefill" not in text and "## Accuracy" not in text and "(greedy)" in text
-    assert text.count("| not measured |") == 2
+    assert text.count("| not measured |") == 3  # voting, and early consensus with samples together and staged
 
 
 def test_reasoner_prompts_are_seeded_problems_per_class_without_a_system_prompt() -> None:
@@ -214,8 +235,10 @@ def test_the_bench_decodes_the_samples_of_the_vote_one_by_one_with_their_seeds_a
     assert [r.seed for r in full] == [10005 + j for j in range(5)] and {r.cache_salt for r in full} == {"cs-full-1"}
     assert row.answers == ["7", "7", "1", "7", "7"]  # seeds (2 x 1000 + 1) x 5 + j, answers 7, 7, 1 by seed mod 3
     assert row.correct == [True, True, False, True, True] and row.tokens == [12, 13, 14, 12, 13]
-    assert [r.seed for r in engine.requests[5:]] == [r.seed for r in full]  # the vote's own samples: the same decodes
+    early, staged = engine.requests[5:10], engine.requests[10:]
+    assert [r.seed for r in early] == [r.seed for r in staged] == [r.seed for r in full]  # the same decodes each time
     assert row.answer_early == "7" and row.correct_early and row.tokens_early == sum(row.tokens)
+    assert row.answer_staged == "7" and row.tokens_staged == sum(row.tokens) and row.started_staged == 5
 
 
 @pytest.mark.parametrize(("task", "temperature"), [("arithmetic", 0.0), ("reasoner", 0.6)])
