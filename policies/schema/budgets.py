@@ -23,11 +23,14 @@ class Budget(StrictModel):
         "majority of samples when unset (3 of 4); equal to samples, every sample runs to its end.",
     )
     staged: bool = Field(
-        False,
+        True,
         description="Adaptive self-consistency: start only consensus samples, and another only when the samples still "
         "decoding can no longer bring the leading answer to consensus. Where samples agree, the vote costs consensus "
         "samples instead of all of them; where they disagree, the answer comes later (an extra sample starts after "
-        "an earlier one ended).",
+        "an earlier one ended). On by default from the data: on the project's reasoner (8 samples, 3 agreeing, 30 "
+        "problems, loadtest/results/economy/cpu-reasoner-small) staged votes spent 56 % fewer tokens than all 8 "
+        "samples (12 % for the samples started together), with the same voted answer on every problem; each vote's "
+        "wall time on an idle engine was 0.88x the together vote's at the median and 1.58x at the 90th percentile.",
     )
     early_exit: bool = Field(
         False,

@@ -214,7 +214,7 @@ tiers:
     budgets:
       low: {thinking_tokens: 64, answer_tokens: 32, early_exit: true}
       medium: {thinking_tokens: 128, answer_tokens: 32, samples: 8}
-      high: {thinking_tokens: 256, answer_tokens: 32, samples: 4, consensus: 2, staged: true}
+      high: {thinking_tokens: 256, answer_tokens: 32, samples: 4, consensus: 2, staged: false}
 routing: {chat_tier: null}
 """)
 
@@ -242,9 +242,9 @@ def test_staged_sampling_comes_from_the_budget_and_only_where_samples_may_stop_e
         return budget_decision(POLICY, RoutingRequest(prompt="x", **asked), "reasoning", effort,  # type: ignore[arg-type]
                                "request_effort", None).staged
 
-    assert staged_of("high") and not staged_of("medium")
-    assert not staged_of("high", early_stop=False)  # every sample to its end: all start together
-    assert not staged_of("high", samples=2)  # consensus 2 of 2: nothing to leave unstarted
+    assert staged_of("medium") and not staged_of("high")  # on by default; high turns it off
+    assert not staged_of("medium", early_stop=False)  # every sample to its end: all start together
+    assert not staged_of("medium", samples=1)  # one sample: nothing to leave unstarted
 
 
 def test_consensus_above_samples_is_a_policy_error() -> None:

@@ -45,5 +45,7 @@ def test_samples_vote_and_the_response_shows_votes_usage_and_metrics(serving_url
         assert any(d.get("reasoning") for d in deltas[:first_content])  # one sample's reasoning streams as progress
         assert "votes" in events[-1] and sum(events[-1]["votes"].values()) <= SAMPLES
 
-        # Two voting requests started their samples; /metrics counts them once replicas have pushed their snapshot.
-        assert scraped(serving_url, "thinktier_samples_started_total", tier="reasoning") - started == 2 * SAMPLES
+        # /metrics counts the samples started once replicas have pushed their snapshot: all 4 of the vote without an
+        # early stop, and 3 (or 4 where the first 3 disagreed) of the streamed one, whose samples are staged
+        counted = scraped(serving_url, "thinktier_samples_started_total", tier="reasoning") - started - SAMPLES
+        assert counted in (3, 4)
