@@ -40,8 +40,13 @@ def _tier_scaling(tier: Tier) -> dict[str, Any]:
     return {"autoscaling_config": serve_autoscaling_config(tier)}
 
 
-HAPROXY_ENV = {"RAY_SERVE_ENABLE_HA_PROXY": "1", "RAY_SERVE_ENABLE_DIRECT_INGRESS": "1"}
-"""Ray Serve's HAProxy mode: HAProxy balances HTTP over Ingress replicas that serve it themselves."""
+HAPROXY_BUFFER_BYTES = 128 * 1024
+HAPROXY_ENV = {"RAY_SERVE_ENABLE_HA_PROXY": "1", "RAY_SERVE_ENABLE_DIRECT_INGRESS": "1",
+               "RAY_SERVE_HAPROXY_TUNE_BUFSIZE": str(HAPROXY_BUFFER_BYTES)}
+"""Ray Serve's HAProxy mode: HAProxy balances HTTP over Ingress replicas that serve it themselves. HAProxy must hold a
+request's whole header block in one buffer; at Ray's 16 KiB a longer one (a large bearer token) got HAProxy's 400 page,
+which a client still sending its body often never reads (the connection is reset). 128 KiB passes what Serve's own
+proxy passes (headers of 120 KB were served through both); beyond it HAProxy answers 400."""
 
 
 def ray_env(server: Server) -> dict[str, str]:

@@ -108,7 +108,9 @@ class Server(StrictModel):
         "serve",
         description="What carries HTTP to the Ingress replicas: Ray Serve's proxy actor (one Python process per node), "
         "or 'haproxy': Ray Serve's HAProxy mode, where HAProxy balances over Ingress replicas that serve HTTP "
-        "themselves (direct ingress), so the front door grows with ingress_replicas.",
+        "themselves (direct ingress), so the front door grows with ingress_replicas. HAProxy runs with 128 KiB buffers "
+        "(Ray's default is 16 KiB) so request headers up to about 120 KB pass, as through Serve's proxy; each request "
+        "in flight holds two of them.",
         json_schema_extra=DEPLOY_TIME,
     )
     stream_interval_ms: float = Field(

@@ -42,7 +42,8 @@ def test_ingress_replicas_are_fixed_or_follow_requests_in_flight() -> None:
 def test_haproxy_mode_reaches_every_ray_process_locally_and_on_kubernetes() -> None:
     policy = with_server("{http_proxy: haproxy, ingress_replicas: {min: 2, max: 2}}")
     env = ray_env(policy.server)
-    assert env == {"RAY_SERVE_ENABLE_HA_PROXY": "1", "RAY_SERVE_ENABLE_DIRECT_INGRESS": "1"}
+    assert env == {"RAY_SERVE_ENABLE_HA_PROXY": "1", "RAY_SERVE_ENABLE_DIRECT_INGRESS": "1",
+                   "RAY_SERVE_HAPROXY_TUNE_BUFSIZE": "131072"}  # room for long request headers (test_main_job)
     assert helm_values(policy, "")["rayEnv"] == [{"name": name, "value": value} for name, value in env.items()]
     serve_proxy = with_server("{}")
     assert ray_env(serve_proxy.server) == {} and helm_values(serve_proxy, "")["rayEnv"] == []

@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import openai
 import psutil
 import pytest
@@ -71,6 +72,9 @@ def test_thinktier_up_serves_the_default_model_through_the_openai_client(
     assert message.content, "and an answer after it"
     assert completion.usage.completion_tokens_details.reasoning_tokens > 0
     assert completion.model == "thinktier-reasoning"
+    long_token = httpx.post(f"{url}/v1/chat/completions", headers={"Authorization": "Bearer " + "k" * 64_000}, timeout=120,
+                            json={"model": "thinktier", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})
+    assert long_token.status_code == 200, "a request with a 64 KB header passes HAProxy as it passes Serve's proxy"
     stream = client.chat.completions.create(  # in flight when thinktier is told to stop: it drains, then stops
         model="thinktier", reasoning_effort="low", messages=[{"role": "user", "content": GSM_PROBLEM}], seed=1, stream=True,
     )
