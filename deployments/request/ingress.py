@@ -26,7 +26,7 @@ from thinktier.deployments.request.metrics import IngressSnapshot, ServiceMetric
 from thinktier.deployments.request.routing import Overloaded, TierLoad, decide, failover
 from thinktier.deployments.request.routing_view import BoardCalls, RoutingView, stale_after_s
 from thinktier.deployments.request.scoring import difficulty_of
-from thinktier.deployments.request.tier_call import Deadline, TierFailed, TierStream, call_tier
+from thinktier.deployments.request.tier_call import ClientLimit, Deadline, TierFailed, TierStream, call_tier
 from thinktier.deployments.serve_options import DRAIN_POLL_S, ServeOptions, light_options, replica_count_options
 from thinktier.deployments.tier.protocol import TierChunk, TierRequest
 from thinktier.deployments.tier.replica_stats import ReplicaStats
@@ -71,7 +71,8 @@ async def sse_body(
         except TimeoutError:
             tracker.failed()
             logger.warning("stream %s: %s", framer.request_id, deadline.message())
-            yield oa.sse_error(deadline.message(), framer.request_id, code="timeout")
+            code = "timeout" if deadline.client_timeout_s is None else "request_timeout"
+            yield oa.sse_error(deadline.message(), framer.request_id, code=code)
             yield oa.SSE_DONE
         except Exception:  # StopAsyncIteration too: a tier stream that ends without a finish reason
             tracker.failed()
@@ -321,6 +322,7 @@ class Ingress:
 
     async def _answer(self, request: Request, kind: type[oa.OpenAIRequest], request_id: str) -> Response:
         policy = self.policy  # one policy from start to end, whatever a reload does meanwhile
+        client = ClientLimit.of(request.headers)
         try:
             tenant = self.admission.tenant(policy, request.headers.get("authorization", ""))
             parsed = oa.parse_request(await self._body(request, policy), kind)
@@ -330,7 +332,7 @@ class Ingress:
         streaming = False
         try:
             decision, routing = await self._decide(parsed, slot.tenant, policy)
-            response = await self._serve_decided(parsed, kind, routing, decision, slot, request_id, policy)
+            response = await self._serve_decided(parsed, kind, routing, decision, slot, request_id, policy, client)
             streaming = isinstance(response, StreamingResponse)
             return response
         except oa.APIError as err:
@@ -361,7 +363,7 @@ class Ingress:
 
     async def _serve_decided(
         self, parsed: oa.OpenAIRequest, kind: type[oa.OpenAIRequest], routing: RoutingRequest, decision: Decision,
-        slot: Slot, request_id: str, policy: Policy,
+        slot: Slot, request_id: str, policy: Policy, client: ClientLimit,
     ) -> Response:
         """The decided tier serves the request; a tier that is down, or that failed it twice before anything was sent,
         hands it to the chat tier with thinking off where the policy allows (routing.failover). A borrowed request goes
@@ -372,14 +374,14 @@ class Ingress:
         elif down:
             decision = self._failover(routing, decision, "tier_down", policy) or decision
         try:
-            return await self._dispatch(parsed, kind, decision, slot, request_id, policy)
+            return await self._dispatch(parsed, kind, decision, slot, request_id, policy, client)
         except TierFailed:
             if decision.home:
-                return await self._dispatch(parsed, kind, returned(policy, decision), slot, request_id, policy)
+                return await self._dispatch(parsed, kind, returned(policy, decision), slot, request_id, policy, client)
             fallback = self._failover(routing, decision, "tier_failed", policy)
             if fallback is None:
                 raise
-            return await self._dispatch(parsed, kind, fallback, slot, request_id, policy)
+            return await self._dispatch(parsed, kind, fallback, slot, request_id, policy, client)
 
     def _failover(self, routing: RoutingRequest, decision: Decision, why: str, policy: Policy) -> Decision | None:
         chat_live = not self._down(policy.routing.chat_tier)
@@ -391,7 +393,7 @@ class Ingress:
 
     async def _dispatch(
         self, parsed: oa.OpenAIRequest, kind: type[oa.OpenAIRequest], decision: Decision, slot: Slot, request_id: str,
-        policy: Policy,
+        policy: Policy, client: ClientLimit,
     ) -> Response:
         chat = kind is oa.ChatCompletionRequest
         tier = policy.tiers[decision.home_tier]  # a borrowed request keeps its own tier's limits and settings
@@ -420,7 +422,7 @@ class Ingress:
         tracker = _Request(self.metrics, decision)
         model = policy.served_name(decision.tier)
         cold = self._cold(decision.tier)
-        deadline = Deadline.of(policy.server, cold_start=cold)
+        deadline = Deadline.of(policy.server, cold_start=cold, client=client)
         dispatched = time.monotonic()
         try:
             first, stream = await call_tier(self.tiers[decision.tier], decision.tier, tier_request, parsed.stream, deadline)

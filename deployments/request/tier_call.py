@@ -9,7 +9,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, TypeVar, cast
 
@@ -38,6 +38,42 @@ def cause(exc: BaseException) -> BaseException:
     return getattr(exc, "cause", None) or exc
 
 
+CLIENT_TIMEOUT_HEADER = "x-request-timeout-seconds"
+"""A client's own limit on its request, which Ray Serve enforces too: past it, Serve cancels the request and, if nothing
+was sent yet, answers a plain-text 408. The Ingress ends the request a little earlier itself (`client_margin_s`), so the
+client gets an OpenAI-shaped 408, or a stream its error event, instead."""
+
+
+@dataclass(frozen=True)
+class ClientLimit:
+    """A request's own limit (its x-request-timeout-seconds, None without one), counted from when it arrived
+    (time.monotonic())."""
+
+    timeout_s: float | None
+    arrived: float
+
+    @classmethod
+    def of(cls, headers: Mapping[str, str]) -> ClientLimit:
+        """From the request's headers, read as Serve reads them: a positive number of seconds; anything else is no
+        limit here (Serve then keeps its own request timeout, or none for a value <= 0)."""
+        header = headers.get(CLIENT_TIMEOUT_HEADER)
+        try:
+            seconds = float(header) if header is not None else 0.0
+        except ValueError:
+            seconds = 0.0
+        return cls(seconds if 0 < seconds < float("inf") else None, time.monotonic())
+
+    def end(self) -> float | None:
+        """When the Ingress ends the request itself (time.monotonic()), `client_margin_s` before the client's limit."""
+        return None if self.timeout_s is None else self.arrived + self.timeout_s - client_margin_s(self.timeout_s)
+
+
+def client_margin_s(timeout_s: float) -> float:
+    """How long before the client's limit the Ingress ends the request itself, so that its answer is out before Serve's
+    own timer fires: a tenth of the limit, between 50 ms and 1 s."""
+    return min(max(0.05, 0.1 * timeout_s), 1.0)
+
+
 @dataclass(frozen=True)
 class Deadline:
     """When a tier must answer: each chunk of a stream (the first too) within `idle_s`, the whole call by `end`
@@ -47,11 +83,18 @@ class Deadline:
     end: float
     cold_start_s: float | None = None
     """For the first chunk instead of `idle_s`: the tier has no live replica and Serve is starting one."""
+    client_timeout_s: float | None = None
+    """Set when `end` is the client's own limit (its x-request-timeout-seconds), not the policy's."""
 
     @classmethod
-    def of(cls, server: Server, cold_start: bool = False) -> Deadline:
-        return cls(server.tier_idle_timeout_s, time.monotonic() + server.tier_timeout_s,
-                   server.cold_start_timeout_s if cold_start else None)
+    def of(cls, server: Server, cold_start: bool = False, client: ClientLimit | None = None) -> Deadline:
+        """The policy's deadlines from now, or the client's own limit where that comes first."""
+        end = time.monotonic() + server.tier_timeout_s
+        cold = server.cold_start_timeout_s if cold_start else None
+        client_end = client.end() if client is not None else None
+        if client is not None and client_end is not None and client_end < end:
+            return cls(server.tier_idle_timeout_s, client_end, cold, client.timeout_s)
+        return cls(server.tier_idle_timeout_s, end, cold)
 
     def total_s(self) -> float:
         return max(0.0, self.end - time.monotonic())
@@ -63,6 +106,9 @@ class Deadline:
         return min(self.cold_start_s, self.total_s()) if self.cold_start_s is not None else self.chunk_s()
 
     def message(self) -> str:
+        if self.client_timeout_s is not None:
+            return (f"the request did not finish within its {CLIENT_TIMEOUT_HEADER}, {self.client_timeout_s:g} s; it "
+                    "was aborted")
         first = "" if self.cold_start_s is None else (
             f"server.cold_start_timeout_s, {self.cold_start_s:g} s for a replica to start; ")
         return (f"the tier did not answer in time (policy: {first}server.tier_idle_timeout_s, {self.idle_s:g} s for a "
@@ -103,6 +149,8 @@ async def call_tier(
         try:
             return await call_once(handle, attempt_request, streaming, deadline)
         except TimeoutError:
+            if deadline.client_timeout_s is not None:
+                raise APIError(408, deadline.message(), code="request_timeout") from None
             raise APIError(504, f"tier {tier!r}: {deadline.message()}", "server_error", code="timeout") from None
         except Exception as exc:
             if isinstance(cause(exc), PromptTooLong):

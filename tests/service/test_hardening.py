@@ -14,7 +14,7 @@ from thinktier.deployments.request.decision import RoutingRequest
 from thinktier.deployments.request.load_board import LoadBoard
 from thinktier.deployments.request.openai_api import APIError
 from thinktier.deployments.request.routing import decide, failover
-from thinktier.deployments.request.tier_call import Deadline, TierFailed, call_tier
+from thinktier.deployments.request.tier_call import ClientLimit, Deadline, TierFailed, call_tier
 from thinktier.deployments.tier.protocol import PromptTooLong, TierChunk, TierRequest
 from thinktier.policies.loader import PolicyError, parse_policy
 
@@ -114,6 +114,25 @@ def test_a_stuck_tier_call_ends_at_its_deadline_with_a_504_and_is_cancelled(
     assert time.monotonic() - start < 5
     assert (err.value.status, err.value.body["error"]["code"]) == (504, "timeout")
     assert len(handle.calls) == 1 and handle.calls[0][1].cancelled  # not retried; the Serve request is cancelled
+
+
+def test_a_clients_own_timeout_ends_the_call_before_serves_with_an_openai_shaped_408() -> None:
+    server = POLICY.server
+    client = ClientLimit.of({"x-request-timeout-seconds": "0.3"})
+    deadline = Deadline.of(server, client=client)
+    assert deadline.end == pytest.approx(client.arrived + 0.25)  # 50 ms before Serve's own 408
+    handle = Handle(None)
+    start = time.monotonic()
+    with pytest.raises(APIError) as err:
+        asyncio.run(call_tier(handle, "reasoning", REQUEST, False, deadline))
+    assert time.monotonic() - start < 0.3
+    assert (err.value.status, err.value.body["error"]["code"]) == (408, "request_timeout")
+    assert "x-request-timeout-seconds, 0.3 s" in err.value.body["error"]["message"]
+    assert handle.calls[0][1].cancelled
+    for unusable in ({}, {"x-request-timeout-seconds": "0"}, {"x-request-timeout-seconds": "soon"}):
+        assert Deadline.of(server, client=ClientLimit.of(unusable)).client_timeout_s is None  # the policy's deadline
+    far = ClientLimit.of({"x-request-timeout-seconds": str(10 * server.tier_timeout_s)})
+    assert Deadline.of(server, client=far).client_timeout_s is None  # the policy's limit comes first
 
 
 def test_a_failed_or_down_reasoning_tier_fails_over_to_chat_where_the_policy_allows() -> None:
