@@ -19,8 +19,9 @@ class Budget(StrictModel):
     )
     consensus: int | None = Field(
         None, ge=1, le=16,
-        description="Early consensus: once this many samples agree, the others are aborted and their KV freed. A strict "
-        "majority of samples when unset (3 of 4); equal to samples, every sample runs to its end.",
+        description="Early consensus: once this many samples agree, the others are aborted and their KV freed (with "
+        "staged, those not yet started never start). A strict majority of samples when unset (3 of 4); equal to "
+        "samples, every sample runs to its end.",
     )
     staged: bool = Field(
         True,
