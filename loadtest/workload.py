@@ -21,7 +21,7 @@ from typing import Literal, Protocol, get_args
 
 import numpy as np
 
-from thinktier.deployments.classifier.difficulty_artifact import DEFAULT_ARTIFACT, ArtifactManifest, artifact_paths
+from thinktier.deployments.classifier.difficulty_artifact import DEFAULT_ARTIFACT, load_manifest
 from thinktier.training.data.chat_prompts import chat_prompts
 from thinktier.training.data.problems import Problem, load_problems
 from thinktier.training.reasoner import tasks
@@ -172,8 +172,8 @@ class PromptPool:
 def classifier_held_out(artifact: str = DEFAULT_ARTIFACT) -> frozenset[str]:
     """Ids of the problems (with all their translations) and chat prompts `artifact`'s classifier was not trained on,
     as its manifest records them: a load drawn from them does not score prompts the classifier has seen."""
-    manifest = ArtifactManifest.model_validate_json(artifact_paths(artifact)[0].read_text(encoding="utf-8"))
-    return frozenset(pid for ids in manifest.provenance.held_out_problems.values() for pid in ids)
+    held_out = load_manifest(artifact).provenance.held_out_problems
+    return frozenset(pid for ids in held_out.values() for pid in ids)
 
 
 def _reasoner_language(languages: Sequence[str] | None) -> tasks.Language | None:

@@ -157,3 +157,8 @@ def artifact_paths(artifact: str) -> tuple[Path, Path]:
     if not weights.is_file():
         raise FileNotFoundError(f"classifier artifact {manifest} has no weights file {weights} beside it")
     return manifest, weights
+
+
+def load_manifest(artifact: str) -> ArtifactManifest:
+    """The manifest of `artifact` (as `artifact_paths` finds it)."""
+    return ArtifactManifest.model_validate_json(artifact_paths(artifact)[0].read_text(encoding="utf-8"))

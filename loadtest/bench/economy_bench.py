@@ -136,13 +136,14 @@ class EconomyBench:
         samples = await asyncio.gather(*(
             collect(self.engine.generate(self._request(f"{salt}-s{j}", prompt, seed=seed + j, cache_salt=salt)))
             for j in range(s.samples)))
-        started = time.monotonic()
-        early = await collect(self.engine.generate(
-            self._request(f"cs-early-{i}", prompt, samples=s.samples, consensus=s.consensus, seed=seed)))
-        early_s, started = time.monotonic() - started, time.monotonic()
-        staged = await collect(self.engine.generate(
-            self._request(f"cs-staged-{i}", prompt, samples=s.samples, consensus=s.consensus, staged=True, seed=seed)))
-        staged_s = time.monotonic() - started
+        async def vote(rid: str, staged: bool) -> tuple[TierChunk, float]:
+            started = time.monotonic()
+            whole = await collect(self.engine.generate(self._request(
+                rid, prompt, samples=s.samples, consensus=s.consensus, staged=staged, seed=seed)))
+            return whole, time.monotonic() - started
+
+        early, early_s = await vote(f"cs-early-{i}", staged=False)
+        staged, staged_s = await vote(f"cs-staged-{i}", staged=True)
         assert early.economy is not None and staged.economy is not None
         return ConsensusRow(
             difficulty=prompt.difficulty,

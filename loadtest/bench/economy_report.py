@@ -140,36 +140,42 @@ def _share(flags: Sequence[bool]) -> float:
     return sum(flags) / len(flags)
 
 
+def _stopped(rows: Sequence[ConsensusRow], tokens: Sequence[int], answers: Sequence[str | None],
+             correct: Sequence[bool]) -> dict[str, Any]:
+    """One way of stopping the vote early, against all samples run to their end: each prompt's tokens, voted answer and
+    whether it is right."""
+    return {
+        "tokens": sum(tokens), "tokens_saved_share": 1 - sum(tokens) / sum(sum(r.tokens) for r in rows),
+        "per_prompt_saved_share_median": statistics.median(1 - t / sum(r.tokens) for r, t in zip(rows, tokens, strict=True)),
+        "same_answer_share": _share([any(_agree(a, answer) for a in majority_answers(r.answers))
+                                     for r, answer in zip(rows, answers, strict=True)]),
+        "accuracy": _share(correct),
+    }
+
+
 def _consensus(rows: Sequence[ConsensusRow]) -> dict[str, Any]:
     full = [vote_of_first(r.answers, r.correct, len(r.answers)) for r in rows]
-    tokens_full = sum(sum(r.tokens) for r in rows)
-    tokens_early = sum(r.tokens_early for r in rows)
-    staged: dict[str, Any] = {}
-    if all(r.tokens_staged is not None for r in rows):
-        tokens_staged = sum(r.tokens_staged or 0 for r in rows)
-        staged = {"staged": {
-            "tokens": tokens_staged, "tokens_saved_share": 1 - tokens_staged / tokens_full,
-            "per_prompt_saved_share_median": statistics.median(1 - (r.tokens_staged or 0) / sum(r.tokens) for r in rows),
-            "same_answer_share": _share([any(_agree(a, r.answer_staged) for a in majority_answers(r.answers))
-                                         for r in rows]),
-            "samples_started_mean": statistics.mean(r.started_staged for r in rows),
-            "accuracy": _share([r.correct_staged for r in rows]),
-        }}
-        if all(r.seconds_early and r.seconds_staged for r in rows):
-            staged["staged"] |= {
-                "seconds_early_median": statistics.median(r.seconds_early or 0.0 for r in rows),
-                "seconds_median": statistics.median(r.seconds_staged or 0.0 for r in rows),
-                "seconds_ratio_median": statistics.median((r.seconds_staged or 0.0) / (r.seconds_early or 1.0)
-                                                          for r in rows),
-            }
-    return staged | {
-        "tokens_full": tokens_full, "tokens_early": tokens_early, "tokens_saved_share": 1 - tokens_early / tokens_full,
-        "per_prompt_saved_share_median": statistics.median(1 - r.tokens_early / sum(r.tokens) for r in rows),
-        "same_answer_share": _share([any(_agree(a, r.answer_early) for a in majority_answers(r.answers)) for r in rows]),
+    early = _stopped(rows, [r.tokens_early for r in rows], [r.answer_early for r in rows], [r.correct_early for r in rows])
+    out = {
+        "tokens_full": sum(sum(r.tokens) for r in rows), "tokens_early": early.pop("tokens"),
+        "accuracy_early": early.pop("accuracy"), **early,
         "samples_aborted_mean": statistics.mean(r.aborted for r in rows),
         "accuracy_full": _share([right for _, right in full]),
-        "accuracy_early": _share([r.correct_early for r in rows]),
     }
+    staged_tokens = [r.tokens_staged for r in rows]
+    if all(t is not None for t in staged_tokens):
+        staged = _stopped(rows, [t or 0 for t in staged_tokens], [r.answer_staged for r in rows],
+                          [r.correct_staged for r in rows])
+        staged["samples_started_mean"] = statistics.mean(r.started_staged for r in rows)
+        seconds = [(r.seconds_early, r.seconds_staged) for r in rows]
+        if all(early_s and staged_s for early_s, staged_s in seconds):
+            staged |= {
+                "seconds_early_median": statistics.median(early_s or 0.0 for early_s, _ in seconds),
+                "seconds_median": statistics.median(staged_s or 0.0 for _, staged_s in seconds),
+                "seconds_ratio_median": statistics.median((staged_s or 0.0) / (early_s or 1.0) for early_s, staged_s in seconds),
+            }
+        out["staged"] = staged
+    return out
 
 
 def _certainty(rows: Sequence[CertaintyRow]) -> dict[str, Any]:

