@@ -65,11 +65,16 @@ mkdir -p "$OUT/gpu-matrix/$target"
 echo "$card; rates $low,$middle,$high; part $part; prompts $prompts; languages $languages" \
   > "$OUT/gpu-matrix/$target/device-$part.txt"
 one_replica='tiers.reasoning.replicas={"min":1,"max":1}'
+# tiered-lending: the reasoning replica also counts as busy at BORROW_AT ongoing requests (default 32). In the H100
+# matrix's tiered runs (seeds 0-1) it held 32 or more 26-49 % of the time while its KV passed the 0.9 of the KV rule
+# only at peaks, so nothing was borrowed: without this the target would measure lending that never fires.
+lending_sets=()
+[ "$target" = tiered-lending ] && lending_sets=(--set "lending.0.borrow_above_ongoing_requests=${BORROW_AT:-32}")
 export PYTHONUNBUFFERED=1
 timeout "${MATRIX_TIMEOUT_S:-570}" python3 -m thinktier loadtest compare --targets "$target" \
   --policy policies/examples/gpu-fullstack-tiered.yaml --set "$one_replica" \
   --set routing.classifier.artifact=builtin:difficulty-v5 \
-  --set tiers.reasoning.pool.accelerator_type=$accel --set tiers.chat.pool.accelerator_type=$accel \
+  --set tiers.reasoning.pool.accelerator_type=$accel --set tiers.chat.pool.accelerator_type=$accel "${lending_sets[@]}" \
   --single-pool-policy policies/examples/gpu-onepool-haproxy.yaml --pool-set "$one_replica" \
   --pool-set tiers.reasoning.pool.accelerator_type=$accel \
   --pool-set tiers.reasoning.engine.kv_cache_memory_gib=2.25 \
