@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from thinktier.deployments.tier.tier import tier_deployment_name
-from thinktier.policies.schema import Policy, replica_devices
+from thinktier.policies.schema import Policy, Tier, replica_devices
 
 if TYPE_CHECKING:
     from ray.serve._private.common import DeploymentID
@@ -124,6 +124,12 @@ def share_pool(tiers: Sequence[PoolTier], total: float, now: float) -> dict[str,
 OwnPolicy = Callable[["AutoscalingContext"], tuple[float, dict[str, Any]]]
 
 
+def give_back_delay_s(tier: Tier) -> float:
+    """How long a tier above its share waits before giving back: its downscale delay, which Ray Serve itself applies
+    to any lower target of a tier on its default policy (`signal: ongoing_requests`), so 0 is left to apply here."""
+    return 0.0 if tier.autoscaling.signal == "ongoing_requests" else tier.autoscaling.downscale_delay_s
+
+
 def pool_kwargs(policy: Policy) -> dict[str, Any]:
     """`SharedCapacityPolicy`'s constructor arguments (JSON, as Ray Serve's `policy_kwargs` must be)."""
     return {
@@ -133,8 +139,7 @@ def pool_kwargs(policy: Policy) -> dict[str, Any]:
                 "tiers": {
                     tier_deployment_name(name): {
                         "devices": replica_devices(policy.tiers[name]),
-                        "give_back_delay_s": 0.0 if policy.tiers[name].autoscaling.signal == "ongoing_requests"
-                        else policy.tiers[name].autoscaling.downscale_delay_s,
+                        "give_back_delay_s": give_back_delay_s(policy.tiers[name]),
                     }
                     for name in pool.tiers
                 },
