@@ -193,8 +193,11 @@ class LocalCluster:
             from ray.serve.context import _get_global_client
             from ray.serve.schema import ServeDeploySchema
 
+            client = _get_global_client()
+            if client is None:
+                raise StartupError(f"Ray Serve is not running; logs: {_logs_dir()}")
             application = serve_application(self.policy, self.policy_path, False, self.app_name, self.route_prefix)
-            _get_global_client().deploy_apps(ServeDeploySchema.model_validate({"applications": [application]}))
+            client.deploy_apps(ServeDeploySchema.model_validate({"applications": [application]}))
         else:
             app = build_app(AppArgs(policy_path=self.policy_path))
             serve._run(app, name=self.app_name, route_prefix=self.route_prefix, _blocking=False)

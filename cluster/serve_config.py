@@ -3,8 +3,9 @@
 Each deployment class states its own options from the policy (`deployment_options`, as Ray Serve LLM's
 `LLMServer.get_deployment_options`); `deployment_options` here composes them into the application's and adds what is
 the cluster's: the tiers' autoscaling policy and request router, the pinning of tier replicas to their node pool, and
-the log encoding of every deployment, and, where tiers share capacity, the application-level autoscaling policy. The local launcher applies them to the bound application; the Helm chart embeds
-`serve_config` as the RayService's `serveConfigV2`. Both come from here, so the cluster runs exactly what the policy says.
+the log encoding of every deployment; where tiers share capacity, the application adds one autoscaling policy for all
+of them. The local launcher applies them to the bound application; the Helm chart embeds `serve_config` as the
+RayService's `serveConfigV2`. Both come from here, so the cluster runs exactly what the policy says.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from thinktier.deployments.tier.tier import tier_deployment_name
 from thinktier.policies.schema import Policy, Tier, replica_devices
@@ -168,9 +168,11 @@ class SharedCapacityPolicy:
     def own_policy(self, deployment: DeploymentID, ctx: AutoscalingContext) -> OwnPolicy:
         """The deployment's configured policy, made callable as Ray Serve makes it (a class is instantiated once)."""
         if deployment not in self.own_policies:
+            if ctx.config is None:  # Ray Serve registers only deployments with an autoscaling_config
+                raise ValueError(f"deployment {deployment.name} autoscales without an autoscaling_config")
             configured = ctx.config.policy
             raw = configured.get_policy()
-            self.own_policies[deployment] = raw(**configured.policy_kwargs) if inspect.isclass(raw) else raw
+            self.own_policies[deployment] = cast(OwnPolicy, raw(**configured.policy_kwargs) if inspect.isclass(raw) else raw)
         return self.own_policies[deployment]
 
     def __call__(
@@ -187,7 +189,7 @@ class SharedCapacityPolicy:
                 continue
             tiers = [pool_tier(ctx, decisions[d], pool["tiers"][d.name]) for d, ctx in members.items()]
             shared = share_pool(tiers, pool["total"], ctx_now(members))
-            for d, ctx in members.items():
+            for d in members:
                 decision = shared[d.name]
                 decisions[d] = decision.replicas
                 states[d] = {**states[d], POOL_KEY: {"give_back_since": decision.give_back_since, "share": decision.share,

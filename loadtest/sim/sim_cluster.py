@@ -7,10 +7,10 @@ last reported load, then the real `thinktier.cluster.request_router.score_replic
 its stats (as replicas push them every `metrics_interval_s`), and each tier's autoscaler decides: the real
 `thinktier.cluster.autoscaling.decide_replicas`, or, for a tier with `autoscaling.signal: ongoing_requests`, Ray Serve's
 default policy (`ray_default_wanted`, then `ray_delayed`). Tiers that share a pool (`shared_capacity`) are then fitted
-into its total by the real `thinktier.cluster.shared_capacity.share_pool`, as the application-level policy does. A new replica serves `startup_s` after it is asked for; a replica scaled
-down takes no new requests and leaves once its last request ends (Ray Serve drains it). Replicas that ask for part of
-a GPU (`pool.gpu_fraction`) are packed onto GPUs first-fit, as Ray does, and engines on one GPU slow each other's
-device work every tick (`device_slowdowns`).
+into its total by the real `thinktier.cluster.shared_capacity.share_pool`, as the application-level policy does. A new
+replica serves `startup_s` after it is asked for; a replica scaled down takes no new requests and leaves once its last
+request ends (Ray Serve drains it). Replicas that ask for part of a GPU (`pool.gpu_fraction`) are packed onto GPUs
+first-fit, as Ray does, and engines on one GPU slow each other's device work every tick (`device_slowdowns`).
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ text. Validation, defaults, the Ray Serve config, the Helm values and the JSON
 Schema for editors are all derived from these models; nothing restates them.
 
 One module per part of the policy (base: what they all share; engine and pool: a tier's replicas; budgets;
-autoscaling; tier; routing; lending; shared_capacity: tiers that share one pool; slos; server: the endpoint and its tenants; policy: the whole file); every public
-name is importable from here.
+autoscaling; tier; routing; lending; shared_capacity: tiers that share one pool of devices; slos; server: the endpoint
+and its tenants; policy: the whole file); every public name is importable from here.
 """
 
 from __future__ import annotations

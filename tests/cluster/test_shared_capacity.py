@@ -122,7 +122,7 @@ def test_the_application_policy_runs_each_deployment_own_policy_then_caps_the_po
                                                            "tier-b": {"devices": 1, "give_back_delay_s": 0}}}])
     contexts = {DeploymentID(name, "app"): Context(name, 1, own) for name, own in
                 (("tier-a", 5.2), ("tier-b", 1.0), ("ingress", 2.0))}
-    for deployment, ctx in contexts.items():
+    for deployment in contexts:
         policy.own_policies[deployment] = lambda c: (c.own, {})
     decisions, states = policy(contexts)  # type: ignore[arg-type]
     assert {d.name: n for d, n in decisions.items()} == {"tier-a": 3, "tier-b": 1, "ingress": 2.0}
