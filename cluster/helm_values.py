@@ -149,8 +149,22 @@ def _str_representer(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
 _LiteralDumper.add_representer(str, _str_representer)
 
 
+def shared_fraction_problems(policy: Policy) -> list[str]:
+    """Shared pools that count GPU shares a pod does not get: on Kubernetes each pod holds whole GPUs."""
+    return [
+        f"shared_capacity.{i}: tier {name!r} asks for pool.gpu_fraction {policy.tiers[name].pool.gpu_fraction:g}, but "
+        f"on Kubernetes its pod gets {policy.tiers[name].engine.tensor_parallel_size} whole GPU(s), so the total would "
+        "count fewer GPUs than the pods hold; set gpu_fraction: 1 for the chart"
+        for i, pool in enumerate(policy.shared_capacity) for name in pool.tiers
+        if policy.tiers[name].pool.accelerator == "gpu" and policy.tiers[name].pool.gpu_fraction < 1
+    ]
+
+
 def helm_values(policy: Policy, policy_text: str) -> dict[str, Any]:
     """The chart values that come from the policy (see the chart's values.yaml for the rest)."""
+    problems = shared_fraction_problems(policy)
+    if problems:
+        raise HelmValuesError("\n".join(problems))
     return {
         "policy": {"mountDir": POLICY_MOUNT_DIR, "key": POLICY_KEY, "yaml": policy_text},
         "servePort": policy.server.port,

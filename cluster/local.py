@@ -18,7 +18,7 @@ import httpx
 import psutil
 
 from thinktier.cluster.reaper import MARKER_ENV, start_reaper
-from thinktier.cluster.serve_config import APP_NAME, http_options, ray_env
+from thinktier.cluster.serve_config import APP_NAME, http_options, ray_env, serve_application
 from thinktier.deployments.tier.models import resolve_model
 from thinktier.policies.loader import load_policy
 from thinktier.policies.schema import Server
@@ -189,8 +189,18 @@ class LocalCluster:
         except Exception as exc:  # e.g. HAProxy mode without its binary
             raise StartupError(f"Ray Serve did not start: {_exception_line(str(exc))}; logs: {_logs_dir()}") from exc
         self.progress("deploying the application (engines take tens of seconds to load)")
-        app = build_app(AppArgs(policy_path=self.policy_path))
-        serve._run(app, name=self.app_name, route_prefix=self.route_prefix, _blocking=False)
+        if self.policy.shared_capacity:  # Ray Serve takes an application-level autoscaling policy only from a config
+            from ray.serve.context import _get_global_client
+            from ray.serve.schema import ServeDeploySchema
+
+            client = _get_global_client()
+            if client is None:
+                raise StartupError(f"Ray Serve is not running; logs: {_logs_dir()}")
+            application = serve_application(self.policy, self.policy_path, False, self.app_name, self.route_prefix)
+            client.deploy_apps(ServeDeploySchema.model_validate({"applications": [application]}))
+        else:
+            app = build_app(AppArgs(policy_path=self.policy_path))
+            serve._run(app, name=self.app_name, route_prefix=self.route_prefix, _blocking=False)
         self._wait_ready(timeout_s)
 
     def _prepare_models(self) -> None:

@@ -3,8 +3,9 @@
 Each deployment class states its own options from the policy (`deployment_options`, as Ray Serve LLM's
 `LLMServer.get_deployment_options`); `deployment_options` here composes them into the application's and adds what is
 the cluster's: the tiers' autoscaling policy and request router, the pinning of tier replicas to their node pool, and
-the log encoding of every deployment. The local launcher applies them to the bound application; the Helm chart embeds
-`serve_config` as the RayService's `serveConfigV2`. Both come from here, so the cluster runs exactly what the policy says.
+the log encoding of every deployment; where tiers share capacity, the application adds one autoscaling policy for all
+of them. The local launcher applies them to the bound application; the Helm chart embeds `serve_config` as the
+RayService's `serveConfigV2`. Both come from here, so the cluster runs exactly what the policy says.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 from thinktier.cluster.autoscaling import serve_autoscaling_config
 from thinktier.cluster.request_router import serve_request_router_config
+from thinktier.cluster.shared_capacity import serve_application_policy
 from thinktier.deployments.classifier.classifier import CLASSIFIER, DifficultyClassifier
 from thinktier.deployments.request.ingress import INGRESS, Ingress
 from thinktier.deployments.request.load_board import LOAD_BOARD, LoadBoard
@@ -81,18 +83,27 @@ def deployment_options(policy: Policy, in_pools: bool = False) -> dict[str, Serv
     return {name: opts | logging for name, opts in options.items()}
 
 
+def serve_application(
+    policy: Policy, policy_path: str | None, in_pools: bool, name: str = APP_NAME, route_prefix: str = "/"
+) -> dict[str, Any]:
+    """The application's entry of a Serve config file. Where tiers share capacity, it carries the application-level
+    autoscaling policy that decides for all of them at once (cluster/shared_capacity.py)."""
+    application: dict[str, Any] = {
+        "name": name,
+        "route_prefix": route_prefix,
+        "import_path": APP_IMPORT_PATH,
+        "args": {"policy_path": policy_path},
+        "deployments": list(deployment_options(policy, in_pools).values()),
+    }
+    if policy.shared_capacity:
+        application["autoscaling_policy"] = serve_application_policy(policy)
+    return application
+
+
 def serve_config(policy: Policy, policy_path: str, in_pools: bool = True) -> dict[str, Any]:
     """A Ray Serve config file (the `serve deploy` / RayService `serveConfigV2` schema) for the policy."""
     return {
         "proxy_location": "EveryNode",
         "http_options": http_options(policy.server, "0.0.0.0"),
-        "applications": [
-            {
-                "name": APP_NAME,
-                "route_prefix": "/",
-                "import_path": APP_IMPORT_PATH,
-                "args": {"policy_path": policy_path},
-                "deployments": list(deployment_options(policy, in_pools).values()),
-            }
-        ],
+        "applications": [serve_application(policy, policy_path, in_pools)],
     }

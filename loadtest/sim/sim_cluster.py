@@ -6,10 +6,11 @@ last reported load, then the real `thinktier.cluster.request_router.score_replic
 `KVAwareRequestRouter` does), with the queue length the router itself tracks. Every `tick_s`: every replica reports
 its stats (as replicas push them every `metrics_interval_s`), and each tier's autoscaler decides: the real
 `thinktier.cluster.autoscaling.decide_replicas`, or, for a tier with `autoscaling.signal: ongoing_requests`, Ray Serve's
-default policy (`ray_default_replicas`). A new replica serves `startup_s` after it is asked for; a replica scaled
-down takes no new requests and leaves once its last request ends (Ray Serve drains it). Replicas that ask for part of
-a GPU (`pool.gpu_fraction`) are packed onto GPUs first-fit, as Ray does, and engines on one GPU slow each other's
-device work every tick (`device_slowdowns`).
+default policy (`ray_default_wanted`, then `ray_delayed`). Tiers that share a pool (`shared_capacity`) are then fitted
+into its total by the real `thinktier.cluster.shared_capacity.share_pool`, as the application-level policy does. A new
+replica serves `startup_s` after it is asked for; a replica scaled down takes no new requests and leaves once its last
+request ends (Ray Serve drains it). Replicas that ask for part of a GPU (`pool.gpu_fraction`) are packed onto GPUs
+first-fit, as Ray does, and engines on one GPU slow each other's device work every tick (`device_slowdowns`).
 """
 
 from __future__ import annotations
@@ -23,13 +24,14 @@ from typing import TypedDict
 
 from thinktier.cluster.autoscaling import ScalerState, TierSample, decide_replicas
 from thinktier.cluster.request_router import score_replica
+from thinktier.cluster.shared_capacity import PoolTier, give_back_delay_s, share_pool
 from thinktier.deployments.request.decision import Decision, DifficultyScore, RoutingRequest
 from thinktier.deployments.request.routing import Overloaded, TierLoad, decide
 from thinktier.deployments.tier.replica_stats import ReplicaStats
 from thinktier.loadtest.sim.sim_profile import HardwareProfile
 from thinktier.loadtest.sim.sim_replica import SimReplica, SimRequest
 from thinktier.loadtest.sim.sim_workload import Arrival, Lengths
-from thinktier.policies.schema import Autoscaling, Policy, Replicas, RouterWeights, Tier
+from thinktier.policies.schema import Autoscaling, Policy, Replicas, RouterWeights, SharedCapacity, Tier, replica_devices
 
 DecideFn = Callable[[Policy, RoutingRequest, DifficultyScore | None, dict[str, TierLoad]], Decision]
 ScoreFn = Callable[[ReplicaStats, int, bool, RouterWeights], float]
@@ -94,6 +96,8 @@ class SimTier:
     pending: list[Pending] = field(default_factory=list)
     target: int = 0
     state: ScalerState = field(default_factory=ScalerState)
+    give_back_since: float | None = None
+    """When this tier, above its share of a shared pool, started being asked to give replicas back."""
     above_since: float | None = None
     below_since: float | None = None
     reports: dict[str, ReplicaStats] = field(default_factory=dict)
@@ -141,12 +145,15 @@ class SimResult:
     end_s: float
 
 
-def ray_default_replicas(
-    tier: SimTier, ongoing: float, targets: Autoscaling, bounds: Replicas, now: float
-) -> int:
+def ray_default_wanted(ongoing: float, targets: Autoscaling, bounds: Replicas) -> int:
     """Ray Serve's default request-count policy (`replica_queue_length_autoscaling_policy`, smoothing factors 1):
-    ceil(ongoing / target_ongoing_requests) within bounds, applied once the wish has held for the up/down delay."""
-    wanted = min(max(math.ceil(ongoing / targets.target_ongoing_requests - 1e-9), bounds.min), bounds.max)
+    ceil(ongoing / target_ongoing_requests) within bounds."""
+    return min(max(math.ceil(ongoing / targets.target_ongoing_requests - 1e-9), bounds.min), bounds.max)
+
+
+def ray_delayed(tier: SimTier, wanted: int, targets: Autoscaling, now: float) -> int:
+    """A count applied once the wish for it has held for the up/down delay, as Ray Serve applies the delays of a
+    deployment's `autoscaling_config` (the tier's own with `signal: ongoing_requests`)."""
     if wanted > tier.target:
         tier.below_since = None
         tier.above_since = tier.above_since if tier.above_since is not None else now
@@ -185,6 +192,7 @@ class Simulation:
             sim.replicas = [self.start_replica(sim) for _ in range(count)]
             sim.target = count
             self.tiers[name] = sim
+        self.pooled = {name for pool in policy.shared_capacity for name in pool.tiers}
         self.requests: list[SimRequest] = []
         self.timeline: list[TimelinePoint] = []
         self.rng = random.Random(seed)
@@ -300,19 +308,28 @@ class Simulation:
                 stragglers=sum(s.num_stragglers for s in stats),
                 preemptions_total=sum(r.preemptions_total for r in serving),
             ))
-            if self.settings.autoscale:
+            if self.settings.autoscale and tier.name not in self.pooled:
                 self.autoscale(tier, now)
+        if self.settings.autoscale:
+            for pool in self.policy.shared_capacity:
+                self.autoscale_pool(pool, now)
         self.share_devices()
 
-    def autoscale(self, tier: SimTier, now: float) -> None:
+    def own_wanted(self, tier: SimTier, now: float) -> int:
+        """The tier's own autoscaling decision: `decide_replicas` (its delays inside), or Ray Serve's default policy
+        before Ray applies the delays (`ray_delayed`)."""
         config = tier.config
-        running = len(tier.replicas)
         ongoing = float(sum(s.num_running + s.num_waiting for s in tier.reports.values()))
         if config.autoscaling.signal == "ongoing_requests":
-            wanted = ray_default_replicas(tier, ongoing, config.autoscaling, config.replicas, now)
-        else:
-            sample = TierSample(tuple(tier.reports.values()), ongoing, tier.target, running)
-            wanted, tier.state = self.decide_replicas(tier.state, sample, config.autoscaling, config.replicas, now)
+            return ray_default_wanted(ongoing, config.autoscaling, config.replicas)
+        sample = TierSample(tuple(tier.reports.values()), ongoing, tier.target, len(tier.replicas))
+        wanted, tier.state = self.decide_replicas(tier.state, sample, config.autoscaling, config.replicas, now)
+        return wanted
+
+    def apply(self, tier: SimTier, wanted: int, now: float) -> None:
+        """Ray's delays on the decision (tiers with `signal: ongoing_requests`), then the replicas to match it."""
+        if tier.config.autoscaling.signal == "ongoing_requests":
+            wanted = ray_delayed(tier, wanted, tier.config.autoscaling, now)
         while tier.target < wanted:
             tier.pending.append(Pending(now + self.settings.startup_s, self.start_replica(tier)))
             tier.target += 1
@@ -324,6 +341,23 @@ class Simulation:
             idlest = min(tier.replicas, key=lambda r: r.load)
             tier.replicas.remove(idlest)
             tier.draining.append(idlest)
+
+    def autoscale(self, tier: SimTier, now: float) -> None:
+        self.apply(tier, self.own_wanted(tier, now), now)
+
+    def autoscale_pool(self, pool: SharedCapacity, now: float) -> None:
+        """The tiers of a shared pool: each one's own decision, fitted into the pool's total by the real
+        `share_pool`, as the application-level policy (`SharedCapacityPolicy`) does in Ray Serve."""
+        tiers = [self.tiers[name] for name in pool.tiers]
+        wishes = [
+            PoolTier(t.name, t.target, self.own_wanted(t, now), t.config.replicas.min, replica_devices(t.config),
+                     give_back_delay_s(t.config), t.give_back_since)
+            for t in tiers
+        ]
+        decided = share_pool(wishes, pool.total, now)
+        for t in tiers:
+            t.give_back_since = decided[t.name].give_back_since
+            self.apply(t, decided[t.name].replicas, now)
 
     # ---- the whole run ---------------------------------------------------------------------------------------
 

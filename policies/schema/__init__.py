@@ -5,8 +5,8 @@ text. Validation, defaults, the Ray Serve config, the Helm values and the JSON
 Schema for editors are all derived from these models; nothing restates them.
 
 One module per part of the policy (base: what they all share; engine and pool: a tier's replicas; budgets;
-autoscaling; tier; routing; lending; slos; server: the endpoint and its tenants; policy: the whole file); every public
-name is importable from here.
+autoscaling; tier; routing; lending; shared_capacity: tiers that share one pool of devices; slos; server: the endpoint
+and its tenants; policy: the whole file); every public name is importable from here.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from thinktier.policies.schema.policy import Policy
 from thinktier.policies.schema.pool import Accelerator, Pool, Replicas
 from thinktier.policies.schema.routing import Classifier, Degradation, Routing, Thresholds
 from thinktier.policies.schema.server import ANONYMOUS, ENV_NAME, Server, Tenant
+from thinktier.policies.schema.shared_capacity import SharedCapacity, replica_devices
 from thinktier.policies.schema.slos import SLO
 from thinktier.policies.schema.tier import Tier
 
@@ -49,6 +50,7 @@ __all__ = [
     "RouterWeights",
     "Routing",
     "Server",
+    "SharedCapacity",
     "Stragglers",
     "StrictModel",
     "Tenant",
@@ -56,4 +58,5 @@ __all__ = [
     "Tier",
     "Voting",
     "is_deploy_time",
+    "replica_devices",
 ]

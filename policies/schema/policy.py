@@ -6,10 +6,11 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from thinktier.policies.schema.base import DifficultyClass, StrictModel
+from thinktier.policies.schema.base import DEPLOY_TIME, DifficultyClass, StrictModel
 from thinktier.policies.schema.lending import Lending
 from thinktier.policies.schema.routing import Degradation, Routing
 from thinktier.policies.schema.server import ANONYMOUS, Server, Tenant
+from thinktier.policies.schema.shared_capacity import SharedCapacity, replica_devices
 from thinktier.policies.schema.slos import SLO, default_slos
 from thinktier.policies.schema.tier import Tier
 
@@ -30,6 +31,15 @@ class Policy(StrictModel):
         "runs at the lender's lowest priority); budgets are cut (degradation) only when no tier can lend.",
     )
 
+    shared_capacity: list[SharedCapacity] = Field(
+        default_factory=list,
+        description="Pools of devices that several tiers share: each tier scales on its own signal, and where together "
+        "they want more than the pool's total, the total is split by how much each wants (a tier above its share gives "
+        "replicas back after its autoscaling.downscale_delay_s). One Ray Serve application-level autoscaling policy "
+        "decides for all tiers then. On Kubernetes, only tiers of one GPU type can share (policies/README.md).",
+        json_schema_extra=DEPLOY_TIME,
+    )
+
     @model_validator(mode="after")
     def _routes_exist(self) -> Policy:
         names = sorted(self.tiers)
@@ -46,6 +56,7 @@ class Policy(StrictModel):
             problems.append(f"tiers: served model names must be unique; got {served}")
         problems += self._tenant_problems() + self._deadline_problems()
         problems += [problem for i, rule in enumerate(self.lending) for problem in self._lending_problems(i, rule)]
+        problems += [problem for i, pool in enumerate(self.shared_capacity) for problem in self._shared_problems(i, pool)]
         pairs = [(rule.lender, rule.borrower) for rule in self.lending]
         if len(set(pairs)) != len(pairs):
             problems.append(f"lending: each lender and borrower pair once; got {pairs}")
@@ -84,6 +95,43 @@ class Policy(StrictModel):
                 f"{at}: tier {rule.lender!r} schedules FCFS, so borrowed requests would hold its capacity ahead of its "
                 "own; set its engine.scheduling_policy: priority (borrowed requests run at its lowest priority)"
             )
+        return problems
+
+    def _shared_problems(self, index: int, pool: SharedCapacity) -> list[str]:
+        """Why the tiers of `pool` cannot share it as stated, if they cannot."""
+        at = f"shared_capacity.{index}"
+        problems = [f"{at}.tiers: tier {name!r} does not exist; tiers are {sorted(self.tiers)}"
+                    for name in pool.tiers if name not in self.tiers]
+        if problems:
+            return problems
+        if len(set(pool.tiers)) != len(pool.tiers):
+            return [f"{at}.tiers: each tier once; got {pool.tiers}"]
+        elsewhere = [name for other in self.shared_capacity[:index] for name in other.tiers if name in pool.tiers]
+        if elsewhere:
+            return [f"{at}.tiers: {elsewhere} already share an earlier pool; a tier shares one pool"]
+        tiers = {name: self.tiers[name] for name in pool.tiers}
+        kinds = {name: (t.pool.accelerator, t.pool.accelerator_type) for name, t in tiers.items()}
+        if len(set(kinds.values())) > 1:
+            stated = ", ".join(f"{name}: {kind}{f' {model}' if model else ''}" for name, (kind, model) in kinds.items())
+            return [f"{at}.tiers: tiers of one pool run on one kind of device (pool.accelerator and "
+                    f"pool.accelerator_type); got {stated}. A device cannot move between types: share within each type"]
+        fixed = [name for name, t in tiers.items() if t.replicas.min == t.replicas.max]
+        if fixed:
+            problems.append(f"{at}.tiers: {fixed} have a fixed replica count (replicas.min == max), so nothing can move "
+                            "between them and the pool; give each a range or leave it out")
+        unit = "CPUs" if kinds[pool.tiers[0]][0] == "cpu" else "GPUs"
+        least = sum(t.replicas.min * replica_devices(t) for t in tiers.values())
+        most = sum(t.replicas.max * replica_devices(t) for t in tiers.values())
+        biggest = max(tiers, key=lambda name: replica_devices(tiers[name]))
+        if pool.total < least:
+            problems.append(f"{at}.total: {pool.total:g} {unit} is below the tiers' replicas.min together ({least:g}); "
+                            f"raise total to at least {least:g} or lower their min")
+        elif pool.total < replica_devices(tiers[biggest]):
+            problems.append(f"{at}.total: {pool.total:g} {unit} cannot hold one replica of {biggest!r} "
+                            f"({replica_devices(tiers[biggest]):g}); raise total")
+        if pool.total >= most:
+            problems.append(f"{at}.total: {pool.total:g} {unit} holds the tiers' replicas.max together ({most:g}), so the "
+                            f"pool never limits them; lower total below {most:g} or raise their max")
         return problems
 
     def _deadline_problems(self) -> list[str]:

@@ -128,6 +128,30 @@ def test_helm_values_cli_refuses_an_invalid_policy(tmp_path: Path, capsys: pytes
     assert "max_num_seqs" in err and str(bad) in err
 
 
+def test_helm_values_carry_shared_capacity_and_refuse_gpu_shares_a_pod_does_not_get(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = load_policy(ROOT / "policies/examples/gpu-fullstack-tiered.yaml").model_dump(mode="json")
+    for name in ("reasoning", "chat"):
+        data["tiers"][name]["replicas"] = {"min": 1, "max": 4}
+    data["shared_capacity"] = [{"tiers": ["reasoning", "chat"], "total": 2}]
+    shared = tmp_path / "shared.yaml"
+    shared.write_text(yaml.safe_dump(data))
+    assert thinktier_main(["helm", "values", "--policy", str(shared)]) == 2
+    assert "shared_capacity.0: tier 'reasoning' asks for pool.gpu_fraction 0.75" in capsys.readouterr().err
+
+    for name in ("reasoning", "chat"):
+        data["tiers"][name]["pool"]["gpu_fraction"] = 1
+        data["tiers"][name]["engine"]["gpu_memory_utilization"] = 0.9
+    shared.write_text(yaml.safe_dump(data))
+    out = tmp_path / "values.yaml"
+    assert thinktier_main(["helm", "values", "--policy", str(shared), "--output", str(out)]) == 0
+    serve_config = yaml.safe_load(yaml.safe_load(out.read_text())["serveConfigV2"])
+    policy = serve_config["applications"][0]["autoscaling_policy"]
+    assert policy["policy_function"] == "thinktier.cluster.shared_capacity:SharedCapacityPolicy"
+    assert policy["policy_kwargs"]["pools"][0]["total"] == 2
+
+
 def test_checked_in_values_schema_is_up_to_date() -> None:
     committed = VALUES_SCHEMA.read_text()
     assert render_values_schema(committed) == committed, (

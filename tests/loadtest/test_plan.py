@@ -124,6 +124,24 @@ def test_the_replica_count_is_the_real_autoscaler_decision() -> None:
     assert {t.tier: t.replicas_max for t in grown.tiers} == {"reasoning": 4}
 
 
+def test_tiers_of_a_shared_pool_split_its_total_instead_of_each_growing_to_its_max() -> None:
+    policy = load_policy(EXAMPLES / "gpu-tiered-haproxy.yaml")
+    for name in ("reasoning", "chat"):
+        policy = with_setting(policy, f"tiers.{name}.replicas", '{"min": 1, "max": 6}')
+        policy = with_setting(policy, f"tiers.{name}.autoscaling.signal", "kv_and_stragglers")
+    inputs = replace(small(rate=0.5, startup_s=2.0), policy=policy)
+    greedy = {"decide_replicas_fn": lambda state, sample, targets, replicas, now: (replicas.max, state)}
+    alone = simulate(inputs, **greedy)  # type: ignore[arg-type]
+    assert {t.tier: t.replicas_max for t in alone.tiers} == {"reasoning": 6, "chat": 6}
+    pooled = with_setting(policy, "shared_capacity", '[{"tiers": ["reasoning", "chat"], "total": 4}]')
+    shared = simulate(replace(inputs, policy=pooled), **greedy)  # type: ignore[arg-type]
+    assert {t.tier: t.replicas_max for t in shared.tiers} == {"reasoning": 2, "chat": 2}
+    targets: dict[float, int] = Counter()
+    for point in shared.sim.timeline:
+        targets[point.t_s] += point.target
+    assert max(targets.values()) <= 4
+
+
 def test_a_plan_is_the_same_for_the_same_seed() -> None:
     first, second = simulate(small(EXAMPLES / "gpu-tiered-haproxy.yaml")), simulate(small(EXAMPLES / "gpu-tiered-haproxy.yaml"))
     assert first.report.model_dump() == second.report.model_dump()

@@ -424,3 +424,55 @@ def test_lending_names_existing_tiers_once() -> None:
         "p.yaml:29:35: lending.0.borrower: tier 'chatty' does not exist; tiers are ['chat', 'reasoning']",
         "p.yaml:30:5: lending.1: a tier lends to another tier; lender and borrower are both 'reasoning'",
     ]
+
+
+# --- shared capacity -----------------------------------------------------------------------------
+
+RANGES = edit("    pool: {accelerator: cpu, num_cpus: 0.5}\n",
+              "    pool: {accelerator: cpu, num_cpus: 0.5}\n    replicas: {min: 1, max: 3}\n")
+RANGES = edit("    thinking: false\n", "    thinking: false\n    replicas: {min: 1, max: 3}\n", RANGES)
+
+
+def shared(text: str, pool: str) -> str:
+    return text + f"shared_capacity:\n  - {pool}\n"
+
+
+def test_tiers_share_a_pool_counted_in_their_devices() -> None:
+    policy = parse_policy(shared(RANGES, "{tiers: [reasoning, chat], total: 3}"), "p.yaml")
+    assert policy.shared_capacity[0].total == 3  # reasoning replicas hold 0.5 CPUs, chat 1: mins 1.5, maxes 4.5
+
+
+def test_a_shared_pool_names_existing_tiers_each_in_one_pool() -> None:
+    assert problems(shared(RANGES, "{tiers: [reasoning, chatty], total: 3}")) == [
+        "p.yaml:33:13: shared_capacity.0.tiers: tier 'chatty' does not exist; tiers are ['chat', 'reasoning']"
+    ]
+    twice = shared(RANGES, "{tiers: [reasoning, chat], total: 3}") + "  - {tiers: [chat, reasoning], total: 3}\n"
+    assert problems(twice) == [
+        "p.yaml:34:13: shared_capacity.1.tiers: ['reasoning', 'chat'] already share an earlier pool; a tier shares one pool"
+    ]
+
+
+def test_a_shared_pool_needs_tiers_that_can_move_and_a_total_that_holds_their_mins_and_binds() -> None:
+    assert problems(shared(BASE, "{tiers: [reasoning, chat], total: 1.5}")) == [
+        "p.yaml:31:13: shared_capacity.0.tiers: ['reasoning', 'chat'] have a fixed replica count (replicas.min == max), so "
+        "nothing can move between them and the pool; give each a range or leave it out",
+        "p.yaml:31:39: shared_capacity.0.total: 1.5 CPUs holds the tiers' replicas.max together (1.5), so the pool never "
+        "limits them; lower total below 1.5 or raise their max",
+    ]
+    assert problems(shared(RANGES, "{tiers: [reasoning, chat], total: 1}")) == [
+        "p.yaml:33:39: shared_capacity.0.total: 1 CPUs is below the tiers' replicas.min together (1.5); raise total to at "
+        "least 1.5 or lower their min"
+    ]
+
+
+def test_tiers_on_different_gpu_types_cannot_share_a_pool() -> None:
+    gpus = edit("    pool: {accelerator: cpu, num_cpus: 0.5}\n", "    pool: {accelerator: gpu, accelerator_type: H100}\n", RANGES)
+    gpus = edit("      cpu_threads: \"0\"\n", "", gpus)
+    gpus = edit("    thinking: false\n", "    thinking: false\n    pool: {accelerator: gpu, accelerator_type: L4}\n", gpus)
+    assert problems(shared(gpus, "{tiers: [reasoning, chat], total: 4}")) == [
+        "p.yaml:33:13: shared_capacity.0.tiers: tiers of one pool run on one kind of device (pool.accelerator and "
+        "pool.accelerator_type); got reasoning: gpu H100, chat: gpu L4. A device cannot move between types: share "
+        "within each type"
+    ]
+    same_type = gpus.replace("accelerator_type: L4", "accelerator_type: H100")
+    assert parse_policy(shared(same_type, "{tiers: [reasoning, chat], total: 4}"), "p.yaml").shared_capacity
