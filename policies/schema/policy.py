@@ -28,7 +28,10 @@ class Policy(StrictModel):
     lending: list[Lending] = Field(
         default_factory=list,
         description="Tiers that lend idle capacity to another tier's requests (a borrowed request keeps its budget and "
-        "runs at the lender's lowest priority); budgets are cut (degradation) only when no tier can lend.",
+        "runs at the lender's lowest priority); budgets are cut (degradation) only when no tier can lend. For tiers on "
+        "different devices: where the lender shares the borrower's GPU (pool.gpu_fraction), a borrowed request adds a "
+        "second engine competing for it (on one H100 it slowed the borrower's own requests by a third: "
+        "loadtest/results/gpu-matrix).",
     )
 
     shared_capacity: list[SharedCapacity] = Field(
