@@ -121,6 +121,10 @@ class Provenance(Frozen):
         description="Fitted on each training row as written and also rendered without LaTeX (training/data/plain_math.py), "
         "so that how a prompt's mathematics is typed does not move its score.",
     )
+    written_prompts: bool = Field(
+        False, description="Also fitted on the hand-written long chat, terse hard and code prompts (difficulty-v6 on)."
+    )
+    math_per_level: int = Field(0, description="MATH training problems per level, graded by level (difficulty-v6 on).")
 
 
 class ArtifactManifest(Frozen):
@@ -129,6 +133,14 @@ class ArtifactManifest(Frozen):
     version: str
     classes: tuple[HeadClass, ...] = HEAD_CLASSES
     score_anchors: dict[HeadClass, float] = Field(description="Score of a prompt that is surely of the class.")
+    chat_confidence: float | None = Field(
+        None,
+        ge=0,
+        le=1,
+        description="The uncertainty rule (difficulty-v6 on): a prompt whose chat probability is below this scores at "
+        "least the easy anchor, so a prompt the head is unsure needs no reasoning is never answered with thinking off; "
+        "None: the score is the expected anchor alone.",
+    )
     embedder: EmbedderSpec
     held_out: dict[str, HeldOutReport] = Field(
         description="Held-out metrics per slice ('all', then each language; 'plain:all' and 'plain:en' for the rows "
