@@ -11,6 +11,7 @@ which no training or recipe choice reads.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -34,7 +35,7 @@ class WrittenPrompt:
 _BY_LANGUAGE = TypeAdapter(dict[str, dict[Label, list[str]]]).validate_json(PROMPTS_FILE.read_bytes())
 
 
-def written_prompts(languages: list[str] | tuple[str, ...]) -> list[WrittenPrompt]:
+def written_prompts(languages: Sequence[str]) -> list[WrittenPrompt]:
     """The prompts of `languages` (ISO 639-1), by language, then label, in the order written."""
     return [
         WrittenPrompt(f"written:{language}:{label}:{i}", text, label, language)
