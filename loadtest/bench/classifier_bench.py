@@ -43,6 +43,7 @@ from thinktier.training.data.plain_math import plain_text
 RESULTS_DIR = Path(__file__).resolve().parents[2] / "loadtest" / "results"
 EXTERNAL_SLICE = "external:en"
 PROMPTS_SLICE = "external:prompts"  # then ':<language>' and ':<kind>' slices of it
+ORIGINAL_SLICE = "problem-sets"  # the held-out rows without the added sources: the split of difficulty-v5 and before
 AIM_AUC = 0.9
 AIM_CHAT_RECALL = 0.95
 AIM_EXTERNAL_AUC = 0.85
@@ -128,11 +129,14 @@ def plain(rows: Sequence[HeldOutRow]) -> list[HeldOutRow]:
 def row_sets(
     held_out: Sequence[HeldOutRow], external: Sequence[HeldOutRow], languages: Sequence[str]
 ) -> dict[str, list[HeldOutRow]]:
-    """The slices a bench reports, by name: the held-out rows over all languages and per language, PLAIN_SLICES of them
-    without LaTeX, then the external problems as written and without LaTeX, then the external prompts."""
+    """The slices a bench reports, by name: the held-out rows over all languages and per language, those of the problem
+    sets and one-line chat prompts alone (ORIGINAL_SLICE), PLAIN_SLICES of them without LaTeX, then the external
+    problems as written and without LaTeX, then the external prompts."""
     by_name = {"all": list(held_out)} | {language: [r for r in held_out if r.language == language] for language in languages}
+    original = [r for r in held_out if not r.id.startswith(EXTRA_SOURCES)]
     return (
         by_name
+        | {ORIGINAL_SLICE: original}
         | {PLAIN_PREFIX + name: plain(by_name[name]) for name in PLAIN_SLICES}
         | {EXTERNAL_SLICE: list(external), PLAIN_PREFIX + EXTERNAL_SLICE: plain(external)}
         | prompt_slices()
@@ -303,6 +307,8 @@ def write_results(
         f"`{PROMPTS_SLICE}*`: prompts written as users write, for evaluation only (training/data/external_prompts.json: "
         "terse requests to prove named theorems, olympiad problems in other words, long everyday chat, code, logic and "
         "planning, grade-school sums; in eight languages, German, Russian and Hindi among them), by language and by kind. "
+        f"`{ORIGINAL_SLICE}`: the held-out rows of the problem sets and one-line chat prompts alone (the split of "
+        "difficulty-v5 and before, without the hand-written prompts and MATH-by-level rows added for issue 33). "
         "Hard budget: share of hard rows scored at or above the default policy's high threshold; hard to chat: hard rows "
         "scored below its reasoning threshold (chat tier, thinking off).",
         "",
