@@ -161,6 +161,27 @@ def _add_recipe_arguments(parser: argparse.ArgumentParser) -> None:
         "(difficulty-v5; --no-plain-renderings rebuilds difficulty-v3; default: %(default)s).",
     )
     parser.add_argument(
+        "--written-prompts",
+        action=argparse.BooleanOptionalAction,
+        default=DEFAULTS.written_prompts,
+        help="Also fit on the hand-written long chat, terse hard and code prompts of training/data/written_prompts.json "
+        "(difficulty-v6; default: %(default)s).",
+    )
+    parser.add_argument(
+        "--math-per-level",
+        type=int,
+        default=DEFAULTS.math_per_level,
+        help="Also fit on this many MATH training problems per level, graded by level (1-2 easy, 3-4 medium, 5 hard; "
+        "0: none, as up to difficulty-v5; default: %(default)s).",
+    )
+    parser.add_argument(
+        "--chat-confidence",
+        type=float,
+        default=DEFAULTS.chat_confidence,
+        help="Uncertainty rule: a prompt whose chat probability is below this scores at least the easy anchor, so it is "
+        "never answered with thinking off (0: no rule, as up to difficulty-v5; default: %(default)s).",
+    )
+    parser.add_argument(
         "--weight-decay", type=float, default=DEFAULTS.weight_decay, help="L2 penalty of the head (default: %(default)s)."
     )
 
@@ -208,6 +229,9 @@ def _config(args: argparse.Namespace) -> TrainingConfig:
         structure_weight=args.structure_weight,
         weight_decay=args.weight_decay,
         plain_renderings=args.plain_renderings,
+        written_prompts=args.written_prompts,
+        math_per_level=args.math_per_level,
+        chat_confidence=args.chat_confidence or None,
         cv_folds=args.cv_folds,
     )
 

