@@ -26,8 +26,7 @@ TINY_POLICY = DEFAULT_POLICY.parent / "examples" / "tiny.yaml"
 def _overhead(args: argparse.Namespace) -> int:
     from thinktier.loadtest.bench.overhead_bench import run
 
-    result = run(args.policy, args.tier, args.requests, args.answer_tokens, Path(args.out), args.with_classifier,
-                 args.http_proxy)
+    result = run(args.policy, args.tier, args.requests, args.answer_tokens, Path(args.out), args.classifier, args.http_proxy)
     print(f"added by ingress + router, median per request: e2e {result.added_e2e_median_ms:+.1f} ms, "
           f"time to first answer token {result.added_ttft_median_ms:+.1f} ms  (details: {args.out}/overhead.md)")
     return 0
@@ -192,8 +191,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     overhead.add_argument("--tier", default="chat", help="tier to measure (default: chat)")
     overhead.add_argument("--requests", type=int, default=100, help="requests per side (default 100)")
     overhead.add_argument("--answer-tokens", type=int, default=16, help="answer tokens per request (default 16)")
-    overhead.add_argument("--with-classifier", action="store_true",
-                          help="keep the policy's difficulty classifier on (default: off, to measure ingress and router alone)")
+    overhead.add_argument("--classifier", choices=("off", "deployment", "ingress"), default="off",
+                          help="the difficulty classifier off (the default: ingress and router alone), or on, scoring in "
+                          "its own deployment or in the Ingress's process (routing.classifier.placement)")
     overhead.add_argument("--http-proxy", choices=("serve", "haproxy"), default=None,
                           help="serve the policy with this server.http_proxy (default: the policy's own)")
     overhead.add_argument("--out", default="loadtest/results", help="output folder (default loadtest/results)")

@@ -25,7 +25,7 @@ from thinktier.deployments.request.load_board import DEPARTED, BoardSlots, LoadB
 from thinktier.deployments.request.metrics import IngressSnapshot, ServiceMetrics
 from thinktier.deployments.request.routing import Overloaded, TierLoad, decide, failover
 from thinktier.deployments.request.routing_view import BoardCalls, RoutingView, stale_after_s
-from thinktier.deployments.request.scoring import difficulty_of
+from thinktier.deployments.request.scoring import difficulty_of, scorer
 from thinktier.deployments.request.tier_call import ClientLimit, Deadline, TierFailed, TierStream, call_tier
 from thinktier.deployments.serve_options import DRAIN_POLL_S, ServeOptions, light_options, replica_count_options
 from thinktier.deployments.tier.protocol import TierChunk, TierRequest
@@ -178,7 +178,7 @@ class Ingress:
         self.policy = policy
         self.board = board
         self.tiers = tiers
-        self.classifier = classifier
+        self.score = scorer(policy.routing.classifier, classifier)
         self._view = RoutingView(stale_after_s(policy))
         self._replica = serve.get_replica_context().replica_id.unique_id
         self._peer_metrics: dict[str, IngressSnapshot] = {}
@@ -297,8 +297,8 @@ class Ingress:
         )
         difficulty = None
         classifier = policy.routing.classifier
-        if self.classifier is not None and classifier.enabled and not routing.thinking_off:
-            difficulty = await difficulty_of(self.classifier, routing.prompt, classifier.timeout_s, self.metrics)
+        if self.score is not None and classifier.enabled and not routing.thinking_off:
+            difficulty = await difficulty_of(self.score, routing.prompt, classifier.timeout_s, self.metrics)
         try:
             decision = decide(policy, routing, difficulty, self._loads())
         except Overloaded as shed:

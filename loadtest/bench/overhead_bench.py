@@ -17,7 +17,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 from tqdm import tqdm
@@ -27,6 +27,8 @@ from thinktier.deployments.tier.engine import TierEngine, engine_env
 from thinktier.deployments.tier.protocol import TierRequest
 from thinktier.policies.loader import load_policy, write_policy_variant
 
+ClassifierChoice = Literal["off", "deployment", "ingress"]
+"""The difficulty classifier off, or on and scoring in its deployment or in the Ingress."""
 PROMPT = "what is the sum of 17 and 25"
 
 
@@ -115,13 +117,15 @@ async def _interleaved(engine: TierEngine, url: str, model: str, n: int, answer_
     return samples
 
 
-def served_variant(policy_path: str, classifier: bool, http_proxy: str | None) -> str:
-    """A copy of the policy with the difficulty classifier off unless asked for (its latency is `thinktier classifier
-    bench`'s), and the front door's `server.http_proxy` when given."""
+def served_variant(policy_path: str, classifier: ClassifierChoice, http_proxy: str | None) -> str:
+    """A copy of the policy with the difficulty classifier off, or on and scoring where `classifier` says
+    (`routing.classifier.placement`), and the front door's `server.http_proxy` when given."""
 
     def edit(data: dict[str, Any]) -> None:
-        if not classifier:
-            data.setdefault("routing", {}).setdefault("classifier", {})["enabled"] = False
+        config = data.setdefault("routing", {}).setdefault("classifier", {})
+        config["enabled"] = classifier != "off"
+        if classifier != "off":
+            config["placement"] = classifier
         if http_proxy is not None:
             data.setdefault("server", {})["http_proxy"] = http_proxy
 
@@ -130,7 +134,8 @@ def served_variant(policy_path: str, classifier: bool, http_proxy: str | None) -
 
 
 def run(
-    policy_path: str, tier: str, n: int, answer_tokens: int, out_dir: Path, classifier: bool, http_proxy: str | None = None
+    policy_path: str, tier: str, n: int, answer_tokens: int, out_dir: Path, classifier: ClassifierChoice = "off",
+    http_proxy: str | None = None,
 ) -> OverheadResult:
     out_dir.mkdir(parents=True, exist_ok=True)
     served_policy = served_variant(policy_path, classifier, http_proxy)
@@ -150,8 +155,8 @@ def run(
     return result
 
 
-def write(result: OverheadResult, policy_path: str, out_dir: Path, classifier: bool, http_proxy: str) -> None:
-    flag = (" --with-classifier" if classifier else "") + f" --http-proxy {http_proxy} --out {out_dir}"
+def write(result: OverheadResult, policy_path: str, out_dir: Path, classifier: ClassifierChoice, http_proxy: str) -> None:
+    flag = f" --classifier {classifier} --http-proxy {http_proxy} --out {out_dir}"
     data = asdict(result) | {
         "added_e2e_median_ms": result.added_e2e_median_ms,
         "added_ttft_median_ms": result.added_ttft_median_ms,
@@ -180,6 +185,8 @@ def write(result: OverheadResult, policy_path: str, out_dir: Path, classifier: b
             f"{service.p99_ms:.1f} ms | {added_median:+.1f} ms | {added_p99:+.1f} ms |"
         )
     lines.append("")
-    lines.append("The difficulty classifier was " + ("on: its scoring is included." if classifier else
-                 "off: these are the ingress and router alone; `thinktier classifier bench` measures the classifier."))
+    lines.append(f"The difficulty classifier scored in the {classifier} (routing.classifier.placement), included above."
+                 if classifier != "off" else
+                 "The difficulty classifier was off: these are the ingress and router alone; `thinktier classifier bench` "
+                 "measures the classifier.")
     (out_dir / "overhead.md").write_text("\n".join(lines) + "\n")

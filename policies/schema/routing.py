@@ -44,6 +44,17 @@ class Classifier(StrictModel):
     timeout_s: float = Field(
         1.0, gt=0, description="Longest wait for a prompt's score; past it the request is routed without one."
     )
+    placement: Literal["deployment", "ingress"] = Field(
+        "ingress",
+        description="Where prompts are scored: 'ingress', a copy of the model in every Ingress replica, one prompt at a "
+        "time on a thread of its own (about 3 ms of one core; about 0.5 GiB of memory per Ingress replica, torch "
+        "included); 'deployment', the classifier's own Serve deployment, prompts batched (max_batch_size, "
+        "batch_wait_timeout_s). The Serve call before the first token costs more than the scoring: with the Ingress "
+        "placement the streamed TTFT thinktier adds was 2-4 ms above the classifier off, with the deployment 11-16 ms "
+        "(loadtest/results/overhead-classifier). The deployment runs either way: tier replicas embed "
+        "self-consistency answers with it.",
+        json_schema_extra=DEPLOY_TIME,
+    )
 
 
 def default_priority() -> dict[DifficultyClass, int]:

@@ -9,6 +9,7 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -70,19 +71,17 @@ def test_the_defaults_clients_send_for_those_fields_pass() -> None:
 HARD = DifficultyScore(0.9, {"easy": 0.0, "medium": 0.1, "hard": 0.9}, "test")
 
 
-class Classifier:
-    """A fake classifier handle whose `score.remote` answers, fails or hangs."""
+def scores(outcome: DifficultyScore | BaseException | None) -> Callable[[str], Awaitable[DifficultyScore | None]]:
+    """A classifier that answers, fails or hangs."""
 
-    def __init__(self, outcome: DifficultyScore | BaseException | None) -> None:
-        self.outcome = outcome
-        self.score = self
-
-    async def remote(self, prompt: str) -> Any:
-        if self.outcome is None:
+    async def score(prompt: str) -> DifficultyScore | None:
+        if outcome is None:
             await asyncio.sleep(60)
-        if isinstance(self.outcome, BaseException):
-            raise self.outcome
-        return self.outcome
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    return score
 
 
 def _counted(metrics: ServiceMetrics, sample: str) -> float:
@@ -92,15 +91,15 @@ def _counted(metrics: ServiceMetrics, sample: str) -> float:
 
 def test_a_failing_classifier_routes_without_a_score_and_is_counted() -> None:
     metrics = ServiceMetrics(dict, dict)
-    assert asyncio.run(difficulty_of(Classifier(RuntimeError("replica died")), "prove it", 1.0, metrics)) is None
+    assert asyncio.run(difficulty_of(scores(RuntimeError("replica died")), "prove it", 1.0, metrics)) is None
     assert _counted(metrics, "thinktier_classifier_failures_total") == 1
     assert _counted(metrics, "thinktier_classifier_timeouts_total") == 0
 
 
 def test_a_slow_classifier_is_a_timeout_and_a_working_one_gives_its_score() -> None:
     metrics = ServiceMetrics(dict, dict)
-    assert asyncio.run(difficulty_of(Classifier(None), "prove it", 0.05, metrics)) is None
-    assert asyncio.run(difficulty_of(Classifier(HARD), "prove it", 1.0, metrics)) == HARD
+    assert asyncio.run(difficulty_of(scores(None), "prove it", 0.05, metrics)) is None
+    assert asyncio.run(difficulty_of(scores(HARD), "prove it", 1.0, metrics)) == HARD
     assert _counted(metrics, "thinktier_classifier_timeouts_total") == 1
     assert _counted(metrics, "thinktier_classifier_failures_total") == 0
     assert _counted(metrics, 'thinktier_classifier_decisions_total{difficulty="hard"') == 1

@@ -247,7 +247,8 @@ def test_a_classifier_past_its_deadline_leaves_the_request_routed_without_a_scor
 
     original = served_policy_file.read_text()
     before = timeouts()
-    hasty = original.replace("classifier: {enabled: true}", "classifier: {enabled: true, timeout_s: 0.000001}")
+    hasty = original.replace("placement: deployment}", "placement: deployment, timeout_s: 0.000001}")
+    assert hasty != original
     served_policy_file.write_text(hasty)
     try:
         deadline = time.monotonic() + 15
