@@ -1,7 +1,8 @@
 #!/bin/bash
 # The comparison matrix of issue 32 on one H100 or H200, one target and part per device call, from the repository root
-# on the device machine. Run on 2026-12-05 on an H100: one-pool mid, tiered mid, one-pool-budgets mid-seed0
-# (loadtest/results/gpu-matrix/README.md); the other targets and parts are still to run.
+# on the device machine. Run on 2026-12-05 on an H100: one-pool mid, tiered mid, one-pool-budgets mid-seed0 and
+# mid-rest, tiered-lending mid-seed0, tiered-no-degradation mid-seed0 (loadtest/results/gpu-matrix/README.md); next on
+# the H100: tiered-lending and tiered-no-degradation mid-rest, ray-serve-llm mid, then every target's sides.
 #
 # Staging (prepare once here: bash ../shared/gpu/build_payload.sh .gpu && bash scripts/gpu_payload_split.sh, then
 # bash ../shared/gpu/build_extra.sh && bash scripts/gpu_pack_extra.sh). A call carries the working tree too, 64 MiB
