@@ -73,36 +73,32 @@ class PoolDecision:
     reason: str
 
 
+def _fill(tiers: Sequence[PoolTier], start: Mapping[str, int], caps: Mapping[str, int], free: float) -> dict[str, int]:
+    """From `start`, one replica at a time to the tier with the smallest part of its cap, while one fits in `free`
+    devices and some tier is below its cap."""
+    counts = dict(start)
+    while True:
+        open_ = [t for t in tiers if counts[t.name] < caps[t.name] and t.devices <= free + _EPS]
+        if not open_:
+            return counts
+        tier = min(open_, key=lambda t: (counts[t.name] / caps[t.name], -t.wanted, t.name))
+        counts[tier.name] += 1
+        free -= tier.devices
+
+
 def fair_shares(tiers: Sequence[PoolTier], total: float) -> dict[str, int]:
     """Each tier's share of `total`: its min, then one replica at a time to the tier with the smallest part of its wish."""
-    shares = {t.name: t.min for t in tiers}
-    used = sum(t.min * t.devices for t in tiers)
-    while True:
-        open_ = [t for t in tiers if shares[t.name] < t.wanted and used + t.devices <= total + _EPS]
-        if not open_:
-            return shares
-        tier = min(open_, key=lambda t: (shares[t.name] / t.wanted, -t.wanted, t.name))
-        shares[tier.name] += 1
-        used += tier.devices
-
-
-def _grants(tiers: Sequence[PoolTier], shares: Mapping[str, int], free: float) -> dict[str, int]:
-    """Replicas each tier may hold now: growth only into `free` devices, each up to its share, the most starved first."""
-    grants = {t.name: t.current for t in tiers}
-    while True:
-        open_ = [t for t in tiers if grants[t.name] < min(t.wanted, shares[t.name]) and t.devices <= free + _EPS]
-        if not open_:
-            return grants
-        tier = min(open_, key=lambda t: (grants[t.name] / min(t.wanted, shares[t.name]), -t.wanted, t.name))
-        grants[tier.name] += 1
-        free -= tier.devices
+    return _fill(tiers, {t.name: t.min for t in tiers}, {t.name: t.wanted for t in tiers},
+                 total - sum(t.min * t.devices for t in tiers))
 
 
 def share_pool(tiers: Sequence[PoolTier], total: float, now: float) -> dict[str, PoolDecision]:
     """Every tier's replica count for this tick within the pool's `total` (see the module docstring)."""
     shares = fair_shares(tiers, total)
-    grants = _grants(tiers, shares, total - sum(t.current * t.devices for t in tiers))
-    short = [t.name for t in tiers if grants[t.name] < min(t.wanted, shares[t.name])]
+    # What each tier may hold now: growth only into devices no tier holds, each up to its share, the most starved first.
+    caps = {t.name: min(t.wanted, shares[t.name]) for t in tiers}
+    grants = _fill(tiers, {t.name: t.current for t in tiers}, caps, total - sum(t.current * t.devices for t in tiers))
+    short = [t.name for t in tiers if grants[t.name] < caps[t.name]]
     decisions = {}
     for t in tiers:
         share, granted = shares[t.name], grants[t.name]
