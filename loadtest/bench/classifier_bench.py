@@ -162,7 +162,7 @@ def quality(model: DifficultyModel, slices: dict[str, list[HeldOutRow]]) -> list
                 model=model.version,
                 slice=name,
                 rows=len(rows),
-                hard_vs_rest_roc_auc=round(roc_auc(s.tolist(), (y == HEAD_CLASSES.index("hard")).tolist()), 4),
+                hard_vs_rest_roc_auc=round(roc_auc(s.tolist(), hard.tolist()), 4),
                 chat_recall=round(chat_recall(y, s), 4),
                 class_recall={c: round(float((p[y == i] == i).float().mean()), 4) for i, c in enumerate(HEAD_CLASSES)},
                 hard_budget=round(float((s[hard] >= thresholds.high).float().mean()), 4),
