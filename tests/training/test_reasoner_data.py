@@ -129,6 +129,22 @@ def test_cut_answer_is_the_best_value_so_far(tokenizer) -> None:  # type: ignore
         assert text.endswith(f"$\\boxed{{{best}}}$.<|im_end|>")
 
 
+def test_a_forced_end_can_teach_what_follows_the_closing_tag(tokenizer) -> None:  # type: ignore[no-untyped-def]
+    """The budget processor forces `</think>` alone; with `learn_after_close` the model learns to write the blank
+    line after it and then the answer, from the same tokens as without it."""
+    trace = problem_trace(ChainProblem(start=10, step=20, count=8), random.Random(0), EXACT)
+    encoder = ExampleEncoder(tokenizer)
+    end = tokenizer.convert_tokens_to_ids("</think>")
+    for seed in range(10):
+        plain = encoder.cut(trace, random.Random(seed), probe=False)
+        taught = encoder.cut(trace, random.Random(seed), probe=False, learn_after_close=True)
+        assert taught.ids == plain.ids
+        after = taught.ids.index(end) + 1
+        assert not taught.learned[after - 1] and taught.learned[after]
+        assert tokenizer.decode(taught.ids[after:]).startswith("\n\n")
+        assert not plain.learned[after]
+
+
 def test_full_document_answers_in_the_prompt_language() -> None:
     rng = random.Random(0)
     problem = ChainProblem(start=3, step=30, count=2, language="fr")

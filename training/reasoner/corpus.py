@@ -85,6 +85,10 @@ class CorpusMix:
     thinking (traces.off_answer writes their column sums); they are short, so this costs under 1 % of the tokens."""
     cut: float = 0.15
     probe: float = 0.15
+    learn_after_forced_close: bool = False
+    """In a cut example, learn the blank line after `</think>` with the answer. At a forced end the budget processor
+    writes `</think>` alone, so the model writes what follows it; unlearned, that line is only ever seen after a
+    complete line of thinking, never after a cut one. The small size was trained without it."""
 
 
 class ExampleEncoder:
@@ -103,8 +107,9 @@ class ExampleEncoder:
             example.learned += [segment.learned] * len(ids)
         return example
 
-    def cut(self, trace: ProblemTrace, rng: random.Random, probe: bool) -> Example:
-        """A problem's thinking closed (or probed) after a random number of its tokens."""
+    def cut(self, trace: ProblemTrace, rng: random.Random, probe: bool, learn_after_close: bool = False) -> Example:
+        """A problem's thinking closed (or probed) after a random number of its tokens; with `learn_after_close`, only
+        the closing tag is unlearned (what a budget processor forces), not the blank line after it."""
         example = Example(self._ids(chat_template(trace.problem.prompt)), [])
         example.learned = [False] * len(example.ids)
         opening = self._ids("<think>\n")
@@ -127,8 +132,9 @@ class ExampleEncoder:
             tail = self._ids(PROBE)
             answer = self._ids(f"{best}}} \\]<|im_end|>")
         else:
-            tail = self._ids(CLOSE)
-            answer = self._ids(trace.problem.answer_text(best) + "<|im_end|>")
+            forced = CLOSE.rstrip() if learn_after_close else CLOSE
+            tail = self._ids(forced)
+            answer = self._ids(CLOSE[len(forced):] + trace.problem.answer_text(best) + "<|im_end|>")
         example.ids += tail + answer
         example.learned += [False] * len(tail) + [True] * len(answer)
         return example
@@ -156,6 +162,6 @@ def examples(tokenizer: Any, difficulty: Difficulty, seed: int, mix: CorpusMix, 
         trace = problem_trace(problem, rng, settings)
         draw -= mix.off
         if draw < mix.cut + mix.probe:
-            yield count, encoder.cut(trace, rng, probe=draw >= mix.cut)
+            yield count, encoder.cut(trace, rng, probe=draw >= mix.cut, learn_after_close=mix.learn_after_forced_close)
         else:
             yield count, encoder.document(full_document(trace))

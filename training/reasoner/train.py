@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from thinktier.training.reasoner.corpus import CorpusMix, Example, build_tokenizer, examples
+from thinktier.training.reasoner.corpus import Example, build_tokenizer, examples
 from thinktier.training.reasoner.prefetch import prefetched
 from thinktier.training.reasoner.sizes import ReasonerSize
 from thinktier.training.reasoner.traces import TraceSettings
@@ -142,7 +142,7 @@ def train(size: ReasonerSize, dest: Path, options: TrainingOptions) -> dict[str,
     size = replace(size, run=replace(size.run, learning_rate=options.learning_rate or size.run.learning_rate))
 
     def make_batches() -> Iterator[list[Example]]:
-        stream = examples(tokenizer, size.difficulty, options.seed, CorpusMix(),
+        stream = examples(tokenizer, size.difficulty, options.seed, size.run.mix,
                           TraceSettings(slip_rate=size.run.slip_rate, restate_result=size.run.restate_result),
                           size.run.max_count)
         return batches(stream, size.run.tokens_per_step, options.seed)
