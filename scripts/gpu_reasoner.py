@@ -22,9 +22,10 @@ GPU_POLICY = "policies/examples/reasoner-large.yaml"
 
 
 def main(argv: list[str]) -> int:
+    import torch
+
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     if argv[0] == "bf16":
-        import torch
         from transformers import LlamaForCausalLM
 
         LlamaForCausalLM.from_pretrained(argv[1]).to(torch.bfloat16).save_pretrained(argv[1], safe_serialization=True)
@@ -41,7 +42,7 @@ def main(argv: list[str]) -> int:
     settings = BehaviourSettings(per_class=30, budget_per_class=8, vote_per_class=12, concurrency=128,
                                  budgets=(256, 1024, 2048, 4096, 8192, 11000))
     report = run(("reasoning", policy.tiers["reasoning"]), size, settings, Path(argv[3]),
-                 f"python3 scripts/gpu_reasoner.py {' '.join(argv)}", "one NVIDIA H200")
+                 f"python3 scripts/gpu_reasoner.py {' '.join(argv)}", f"one {torch.cuda.get_device_name(0)}")
     for aim in report["aims"]:
         print(("met    " if aim["met"] else "MISSED ") + aim["name"] + ": " + aim["measured"])
     return 0

@@ -129,6 +129,18 @@ def test_cut_answer_is_the_best_value_so_far(tokenizer) -> None:  # type: ignore
         assert text.endswith(f"$\\boxed{{{best}}}$.<|im_end|>")
 
 
+def test_short_chains_take_their_share_of_long_chain_draws(tokenizer) -> None:  # type: ignore[no-untyped-def]
+    """A size whose chains run long still sees chains of a few steps (the large stopped two-step chains after one
+    step when they were 1.6 % of its problems)."""
+    def counts(mix: CorpusMix) -> list[int]:
+        stream = examples(tokenizer, SIZES["large"].difficulty, 0, mix, EXACT, max_count=140)
+        return [count for count, _ in (next(stream) for _ in range(400)) if count > 0]
+
+    plain, short = counts(CorpusMix(off=0.0)), counts(CorpusMix(off=0.0, short_chains=0.3))
+    assert sum(c <= 4 for c in plain) / len(plain) < 0.1
+    assert 0.2 < sum(c <= 4 for c in short) / len(short) < 0.4
+
+
 def test_a_forced_end_can_teach_what_follows_the_closing_tag(tokenizer) -> None:  # type: ignore[no-untyped-def]
     """The budget processor forces `</think>` alone; with `learn_after_close` the model learns to write the blank
     line after it and then the answer, from the same tokens as without it."""

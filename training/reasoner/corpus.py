@@ -30,6 +30,7 @@ from thinktier.training.reasoner.traces import (
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", *THINK_TOKENS)
 VOCAB_SIZE = 1024
+SHORT_CHAIN = 4
 NUMBER = r"\d{1,3}"
 """How digits are grouped into tokens. Whole numbers make a copy one token (a model that copies digit by digit, as
 the first version of this tokenizer made it, copied the first digit of a number and lost the second), and the column
@@ -85,6 +86,10 @@ class CorpusMix:
     thinking (traces.off_answer writes their column sums); they are short, so this costs under 1 % of the tokens."""
     cut: float = 0.15
     probe: float = 0.15
+    short_chains: float = 0.0
+    """Share of problem draws whose step count is drawn from 1 to `SHORT_CHAIN` instead of 1 to the size's longest: with
+    chains up to 125 steps, one- and two-step chains are 1.6 % of uniform draws, too few for the model to learn where
+    they end."""
     learn_after_forced_close: bool = False
     """In a cut example, learn the blank line after `</think>` with the answer. At a forced end the budget processor
     writes `</think>` alone, so the model writes what follows it; unlearned, that line is only ever seen after a
@@ -150,7 +155,8 @@ def examples(tokenizer: Any, difficulty: Difficulty, seed: int, mix: CorpusMix, 
         if draw < mix.chat:
             yield 0, encoder.document(chat_document(sample_chat(rng), thinking=rng.random() < 0.5))
             continue
-        count = rng.randint(1, max_count)
+        short = mix.short_chains > 0 and rng.random() < mix.short_chains  # no draw at 0: the small's stream as trained
+        count = rng.randint(1, SHORT_CHAIN if short else max_count)
         problem = sample_problem(rng, count)
         draw -= mix.chat
         if draw < mix.off:
