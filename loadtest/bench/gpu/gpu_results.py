@@ -26,6 +26,8 @@ class RequestRecord:
     reasoning_tokens: int = 0
     answer_tokens: int = 0
     finish_reason: str | None = None
+    priority: int = 0
+    """The vLLM priority it was sent with; in deadline order its deadline, in milliseconds since the epoch."""
 
 
 @dataclass
