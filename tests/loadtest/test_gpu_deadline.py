@@ -15,6 +15,7 @@ from thinktier.deployments.request.decision import RoutingRequest
 from thinktier.deployments.request.routing import budget_decision
 from thinktier.loadtest.bench.gpu import gpu_bench
 from thinktier.loadtest.bench.gpu.gpu_configs import CONFIGS, configured_tier, sent_priority
+from thinktier.loadtest.bench.gpu.gpu_results import RequestRecord, Sample, markdown_table, summarize
 from thinktier.loadtest.bench.gpu.gpu_workload import CLASS_EFFORT, BenchRequest, Workload
 from thinktier.policies.loader import load_policy, load_policy_with
 from thinktier.policies.schema import DifficultyClass
@@ -97,3 +98,13 @@ def test_the_runner_stamps_each_deadline_when_it_sends_the_request(policy) -> No
     asyncio.run(gpu_bench._Runner(engine, policy, CONFIGS["fp8-prio"]).run(
         Workload("W", 1.0, 1.0, 0.3, 1, "easy=1,hard=1", requests), drain_s=5))
     assert [r.priority for r, _ in engine.sent] == [2, 0]
+
+
+def test_table_shows_the_hard_p90_the_aim_is_stated_in(policy) -> None:
+    records = [RequestRecord(i, "hard", 0.0, ttft_s=0.1, ttfvt_s=1.0, e2e_s=float(i)) for i in range(1, 12)]
+    samples = [Sample(0, 0.1, 0, 0, 0, 0, 0.0, 0.0), Sample(1, 0.2, 0, 0, 0, 100, 0.0, 0.0)]
+    summary = summarize(records, samples, policy.slos, wall_s=12.0, duration_s=1.0)
+    head, _, row = markdown_table([{"results": [{"config": "fp8", "kv_capacity_tokens": 1, "workloads": {"B": summary}}]}]
+                                  ).splitlines()
+    column = head.split(" | ").index("hard E2E p50 / p90 / p99 (s)")
+    assert row.split(" | ")[column] == "6.0 / 10.0 / 10.9"
