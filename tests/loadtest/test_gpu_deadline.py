@@ -1,9 +1,12 @@
 """The GPU bench's deadline order (issue 30): each request's priority by the router's own rule at the moment the bench
-sends it, and the configuration that uses it."""
+sends it, the configuration that uses it, the table's hard p90, and the device script's parts and workloads."""
 
 from __future__ import annotations
 
 import asyncio
+import itertools
+import json
+import re
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -14,14 +17,16 @@ import pytest
 from thinktier.deployments.request.decision import RoutingRequest
 from thinktier.deployments.request.routing import budget_decision
 from thinktier.loadtest.bench.gpu import gpu_bench
-from thinktier.loadtest.bench.gpu.gpu_configs import CONFIGS, configured_tier, sent_priority
+from thinktier.loadtest.bench.gpu.gpu_configs import CONFIGS, configured_tier, parse_plan, sent_priority
 from thinktier.loadtest.bench.gpu.gpu_results import RequestRecord, Sample, markdown_table, summarize
-from thinktier.loadtest.bench.gpu.gpu_workload import CLASS_EFFORT, BenchRequest, Workload
+from thinktier.loadtest.bench.gpu.gpu_workload import CLASS_EFFORT, BenchRequest, Workload, read_workloads
 from thinktier.policies.loader import load_policy, load_policy_with
 from thinktier.policies.schema import DifficultyClass
 
 ROOT = Path(__file__).resolve().parents[2]
 POLICY = ROOT / "policies" / "examples" / "h200-7b.yaml"
+SCRIPT = ROOT / "scripts" / "gpu_deadline.sh"
+IDLE = ROOT / "loadtest" / "results" / "gpu-deadline" / "workload-idle.json"
 
 
 @pytest.fixture(scope="module")
@@ -108,3 +113,34 @@ def test_table_shows_the_hard_p90_the_aim_is_stated_in(policy) -> None:
                                   ).splitlines()
     column = head.split(" | ").index("hard E2E p50 / p90 / p99 (s)")
     assert row.split(" | ")[column] == "6.0 / 10.0 / 10.9"
+
+
+def _script_parts() -> dict[str, list[str]]:
+    """Each part's bench arguments as the device script passes them, its variables filled in."""
+    text = SCRIPT.read_text()
+    variables = {name: str(ROOT / path) for name, path in re.findall(r"^(\w+)=(loadtest/\S+)$", text, re.M)}
+    parts = dict(re.findall(r"^  (\w)\) plan=\((.*)\) ;;$", text, re.M))
+    return {part: re.sub(r"\$(\w+)", lambda m: variables[m.group(1)], args).replace('"', "").split()
+            for part, args in parts.items()}
+
+
+def test_the_device_script_runs_three_orders_and_the_idle_workload() -> None:
+    parts = _script_parts()
+    assert sorted(parts) == ["a", "b"]
+    plans = {}
+    for part, args in parts.items():
+        workloads = read_workloads([v for k, v in itertools.pairwise(args) if k == "--workload"])
+        plans[part] = parse_plan([v for k, v in itertools.pairwise(args) if k == "--config"], workloads)
+    assert plans == {"a": [("fp8", ["B"]), ("fp8-prio", ["B"])], "b": [("fp8-deadline", ["B", "idle"])]}
+    assert "--drain-s 240" in SCRIPT.read_text()
+
+
+def test_the_idle_workload_has_one_easy_request_in_flight_at_a_time(policy) -> None:
+    """Easy requests at the policy's easy budget, at least 5.5 s apart: at batch 1 an easy request's 768 tokens take
+    about 4 s on the H200 (h200_step_profile.json: 4.8 ms a step)."""
+    workload = Workload.from_json(json.loads(IDLE.read_text()))
+    budget = policy.tiers["reasoning"].budgets["low"]
+    assert len(workload.requests) >= 20 and {r.difficulty for r in workload.requests} == {"easy"}
+    assert {(r.thinking_tokens, r.answer_tokens) for r in workload.requests} == {(budget.thinking_tokens, budget.answer_tokens)}
+    sends = [r.send_at_s for r in workload.requests]
+    assert min(b - a for a, b in itertools.pairwise(sends)) >= 5.5
