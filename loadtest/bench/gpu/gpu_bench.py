@@ -6,12 +6,14 @@ Two steps, because the GPU machine has neither the problem sets nor a network:
    (difficulty mix, seeded Gamma arrivals, real problems) with each request's budgets and priority decided by the
    router's own code from the policy; written as JSON and committed next to the results.
 2. `thinktier bench gpu run` (GPU): for each configuration, one engine from the policy's tier with the configuration's changes
-   (KV dtype, native CPU offload, scheduling policy), then the workloads it is given, then optionally a
-   decode step-time profile for the planner. Results are written after each configuration, so a call cut
+   (KV dtype, native CPU offload, scheduling policy, priority order), then the workloads it is given, then optionally
+   a decode step-time profile for the planner. Results are written after each configuration, so a call cut
    short keeps what it finished.
 
 Per configuration and workload it reports KV capacity, output tokens/s, TTFT/TTFVT/E2E per class
-(p50/p90/p99), goodput under the policy's SLOs, KV occupancy over time, preemptions and offload traffic.
+(p50/p90/p99), goodput under the policy's SLOs, KV occupancy over time, preemptions and offload traffic. Preemptions
+are the engine's total only: vLLM 0.24 counts them per request in its scheduler, but its outputs and stat loggers get
+only the total (a per-request count, FinishedRequestStats.num_preemptions, came in a later vLLM).
 Dummy weights (`--load-format dummy`) emit random tokens: most requests think to their budget and answer to their
 answer budget (the worst case the budgets allow); a few draw `</think>` or EOS by chance and end sooner.
 
@@ -31,31 +33,32 @@ from pathlib import Path
 from typing import Any
 
 from thinktier.deployments.tier.engine import engine_env
-from thinktier.loadtest.bench.gpu.gpu_configs import CONFIGS, configured_tier, engine_overrides
+from thinktier.loadtest.bench.gpu.gpu_configs import CONFIGS, BenchConfig, configured_tier, engine_overrides, sent_priority
 from thinktier.loadtest.bench.gpu.gpu_device import device_name, wait_gpu_free
 from thinktier.loadtest.bench.gpu.gpu_results import RequestRecord, Sample, summarize
 from thinktier.loadtest.bench.gpu.gpu_step_profile import fit_step_profile, measure_step_profile
 from thinktier.loadtest.bench.gpu.gpu_workload import BenchRequest, Workload
 from thinktier.policies.loader import load_policy_with
-from thinktier.policies.schema import SLO, DifficultyClass, Policy, Tier
+from thinktier.policies.schema import Policy, Tier
 
 
 class _Runner:
     """Sends a workload's requests to the engine at their times while sampling its stats; summarizes the run."""
 
-    def __init__(self, engine: Any, slos: dict[DifficultyClass, SLO], use_priority: bool) -> None:
+    def __init__(self, engine: Any, policy: Policy, config: BenchConfig) -> None:
         self.engine = engine
-        self.slos = slos
-        self.use_priority = use_priority
+        self.policy = policy
+        self.config = config
 
     async def _one(self, req: BenchRequest, record: RequestRecord, start: float, tag: str) -> None:
         from thinktier.deployments.tier.protocol import TierRequest
 
+        record.priority = sent_priority(self.config, self.policy, req, time.time())
         request = TierRequest(
             request_id=f"{tag}-{req.index}",
             thinking_tokens=req.thinking_tokens,
             answer_tokens=req.answer_tokens,
-            priority=req.priority if self.use_priority else 0,
+            priority=record.priority,
             difficulty=req.difficulty,
             messages=({"role": "user", "content": req.text},),
             temperature=0.6,
@@ -121,7 +124,7 @@ class _Runner:
         done.set()
         await sampling
         samples.append(self._sample(start))
-        summary = summarize(records, samples, self.slos, wall, workload.duration_s)
+        summary = summarize(records, samples, self.policy.slos, wall, workload.duration_s)
         summary["unfinished_at_deadline"] = len(pending)
         return summary
 
@@ -181,7 +184,7 @@ async def run_config(
         result["rendered_prompt_tail"] = engine.tokenizer.decode(engine.render_prompt(probe)[-6:])
         print(f"[{name}] rendered prompt ends with {result['rendered_prompt_tail']!r}", flush=True)
         await engine.warmup()
-        runner = _Runner(engine, policy.slos, config.scheduling_policy == "priority")
+        runner = _Runner(engine, policy, config)
         for step in steps:
             if step == "profile":
                 points = await measure_step_profile(engine, settings.profile_batches, settings.profile_contexts, settings.seed)

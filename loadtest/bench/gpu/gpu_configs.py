@@ -1,5 +1,5 @@
-"""The bench's configurations (pure): what each changes in the policy's tier, what vLLM gets beyond the policy, and
-the plan of a run (configurations in order, each with its steps)."""
+"""The bench's configurations (pure): what each changes in the policy's tier, what vLLM gets beyond the policy (each
+request's priority included), and the plan of a run (configurations in order, each with its steps)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from thinktier.loadtest.bench.gpu.gpu_workload import Workload
-from thinktier.policies.schema import BudgetProcessor, Tier
+from thinktier.deployments.request.routing import vllm_priority
+from thinktier.loadtest.bench.gpu.gpu_workload import BenchRequest, Workload
+from thinktier.policies.schema import BudgetProcessor, Policy, Tier
 from thinktier.policies.schema.engine import KVOffloadingMode
 from thinktier.policies.schema.tier import PROCESS_MEMORY_GIB
 
@@ -25,12 +26,19 @@ class BenchConfig:
     thinking_budget_processor: BudgetProcessor = "thinktier"
     offload_mode: KVOffloadingMode = "native"
     """What offloads when offload_gib > 0: vLLM's native connector or the project's preempt-offload."""
+    priority_order: Literal["class", "deadline"] = "class"
+    """Under priority scheduling, how each request's priority is set (the router's routing.priority_order): see
+    `sent_priority`."""
 
 
 CONFIGS: dict[str, BenchConfig] = {
     "bf16": BenchConfig("bfloat16", "fcfs", description="bf16 KV, FCFS"),
     "fp8": BenchConfig("fp8", "fcfs", description="FP8 KV, FCFS"),
     "fp8-prio": BenchConfig("fp8", "priority", description="FP8 KV, priority (hard = lower priority)"),
+    "fp8-deadline": BenchConfig(
+        "fp8", "priority", description="FP8 KV, priority by deadline (send time + the class's TTFVT SLO; earliest first)",
+        priority_order="deadline",
+    ),
     "fp8-vllm-budget": BenchConfig(
         "fp8", "fcfs", description="FP8 KV, FCFS, thinking budgets by vLLM's thinking_token_budget",
         thinking_budget_processor="vllm",
@@ -94,6 +102,21 @@ def engine_overrides(config: BenchConfig, load_format: str) -> dict[str, Any]:
             kv_connector_extra_config={"offload_prompt_only": False},
         )
     return overrides
+
+
+def sent_priority(config: BenchConfig, policy: Policy, request: BenchRequest, arrival_s: float) -> int:
+    """The vLLM priority the bench sends `request` with: 0 under FCFS (vLLM ignores it); in class order the workload's
+    (the router's class priority, decided when the workload was written); in deadline order the router's own rule
+    (`vllm_priority`) with `arrival_s` the moment the bench sends it, as the Ingress stamps time.time() on arrival.
+
+    The workload's class is the one the router scheduled the request as: workloads are written without classifier
+    scores, so a request's class is its effort's."""
+    if config.scheduling_policy == "fcfs":
+        return 0
+    if config.priority_order == "class":
+        return request.priority
+    routing = policy.routing.model_copy(update={"priority_order": "deadline"})
+    return vllm_priority(policy.model_copy(update={"routing": routing}), request.difficulty, arrival_s)
 
 
 def parse_plan(items: Sequence[str], workloads: dict[str, Workload]) -> list[tuple[str, list[str]]]:

@@ -26,6 +26,8 @@ class RequestRecord:
     reasoning_tokens: int = 0
     answer_tokens: int = 0
     finish_reason: str | None = None
+    priority: int = 0
+    """The vLLM priority it was sent with; in deadline order its deadline, in milliseconds since the epoch."""
 
 
 @dataclass
@@ -116,7 +118,7 @@ def markdown_table(reports: Sequence[dict[str, Any]]) -> str:
     head = (
         "| config | workload | KV capacity (tokens) | output tok/s | goodput (req/s) | met SLO | "
         "easy TTFVT p50 / p99 (s) | easy E2E p50 / p99 (s) | medium E2E p50 / p99 (s) | "
-        "hard TTFVT p50 / p99 (s) | hard E2E p50 / p99 (s) | hard E2E mean (s) | hard finished | KV mean / peak | "
+        "hard TTFVT p50 / p99 (s) | hard E2E p50 / p90 / p99 (s) | hard E2E mean (s) | hard finished | KV mean / peak | "
         "preemptions | "
         "offload out / in (GiB) | resumed from host | recomputed tokens per preemption |"
     )
@@ -126,14 +128,13 @@ def markdown_table(reports: Sequence[dict[str, Any]]) -> str:
             for name, w in result["workloads"].items():
                 c = w["per_class"]
 
-                def pp(klass: str, metric: str, c: dict[str, Any] = c) -> str:
-                    q = c[klass][metric]
-                    return f"{_fmt(q['p50'])} / {_fmt(q['p99'])}"
+                def pp(klass: str, metric: str, c: dict[str, Any] = c, qs: tuple[str, ...] = ("p50", "p99")) -> str:
+                    return " / ".join(_fmt(c[klass][metric][q]) for q in qs)
 
                 lines.append(
                     f"| {result['config']} | {name} | {result['kv_capacity_tokens']:,} | {w['output_tokens_per_s']:,.0f} | "
                     f"{w['goodput_rps']:.2f} | {w['met_slo']}/{w['sent']} | {pp('easy', 'ttfvt_s')} | {pp('easy', 'e2e_s')} | "
-                    f"{pp('medium', 'e2e_s')} | {pp('hard', 'ttfvt_s')} | {pp('hard', 'e2e_s')} | "
+                    f"{pp('medium', 'e2e_s')} | {pp('hard', 'ttfvt_s')} | {pp('hard', 'e2e_s', qs=('p50', 'p90', 'p99'))} | "
                     f"{_fmt(c['hard'].get('e2e_mean_s'))} | "
                     f"{c['hard']['finished']}/{c['hard']['sent']} | "
                     f"{w['kv_occupancy_mean']:.0%} / {w['kv_occupancy_peak']:.0%} | "

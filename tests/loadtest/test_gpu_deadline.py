@@ -1,0 +1,146 @@
+"""The GPU bench's deadline order (issue 30): each request's priority by the router's own rule at the moment the bench
+sends it, the configuration that uses it, the table's hard p90, and the device script's parts and workloads."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import re
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from thinktier.deployments.request.decision import RoutingRequest
+from thinktier.deployments.request.routing import budget_decision
+from thinktier.loadtest.bench.gpu import gpu_bench
+from thinktier.loadtest.bench.gpu.gpu_configs import CONFIGS, configured_tier, parse_plan, sent_priority
+from thinktier.loadtest.bench.gpu.gpu_results import RequestRecord, Sample, markdown_table, summarize
+from thinktier.loadtest.bench.gpu.gpu_workload import CLASS_EFFORT, BenchRequest, Workload, read_workloads
+from thinktier.policies.loader import load_policy, load_policy_with
+from thinktier.policies.schema import DifficultyClass
+
+ROOT = Path(__file__).resolve().parents[2]
+POLICY = ROOT / "policies" / "examples" / "h200-7b.yaml"
+SCRIPT = ROOT / "scripts" / "gpu_deadline.sh"
+IDLE = ROOT / "loadtest" / "results" / "gpu-deadline" / "workload-idle.json"
+
+
+@pytest.fixture(scope="module")
+def policy():
+    return load_policy(POLICY)
+
+
+def _request(index: int, klass: DifficultyClass, send_at_s: float, priority: int) -> BenchRequest:
+    return BenchRequest(index, send_at_s, klass, f"p{index}", "What is 2 + 2?", 64, 16, priority)
+
+
+def test_deadline_order_puts_a_long_waiting_hard_request_before_a_fresh_easy_one(policy) -> None:
+    """Under class order the easy request always goes first; under deadline order a hard request sent 85 s before an
+    easy one is due first (h200-7b: hard TTFVT objective 90 s, easy 10 s)."""
+    hard = _request(0, "hard", 0.0, policy.routing.priority["hard"])
+    easy = _request(1, "easy", 85.0, policy.routing.priority["easy"])
+    t0 = 1_700_000_000.0
+    by_class = CONFIGS["fp8-prio"]
+    assert sent_priority(by_class, policy, easy, t0 + 85) < sent_priority(by_class, policy, hard, t0)
+    by_deadline = CONFIGS["fp8-deadline"]
+    assert sent_priority(by_deadline, policy, hard, t0) < sent_priority(by_deadline, policy, easy, t0 + 85)
+    assert sent_priority(by_deadline, policy, hard, t0 + 85) > sent_priority(by_deadline, policy, easy, t0 + 85)
+    assert sent_priority(CONFIGS["fp8"], policy, hard, t0) == sent_priority(CONFIGS["fp8"], policy, easy, t0) == 0
+
+
+@pytest.mark.parametrize("klass", ["easy", "medium", "hard"])
+def test_deadline_priority_is_what_the_router_gives_a_request_arriving_then(policy, klass: DifficultyClass) -> None:
+    router = load_policy_with(POLICY, [("routing.priority_order", "deadline")])
+    arrival = 1_700_000_123.456
+    decision = budget_decision(router, RoutingRequest(prompt="p", reasoning_effort=CLASS_EFFORT[klass], arrival_s=arrival),
+                               "reasoning", CLASS_EFFORT[klass], "gpu_bench", None)
+    request = _request(0, klass, 0.0, policy.routing.priority[klass])
+    assert sent_priority(CONFIGS["fp8-deadline"], policy, request, arrival) == decision.priority
+
+
+def test_the_deadline_configuration_changes_only_the_priority_order(policy) -> None:
+    base = policy.tiers["reasoning"]
+    deadline, by_class = CONFIGS["fp8-deadline"], CONFIGS["fp8-prio"]
+    assert (deadline.priority_order, by_class.priority_order, CONFIGS["fp8"].priority_order) == ("deadline", "class", "class")
+    assert configured_tier(base, deadline, "/m", 2.0, 0.3) == configured_tier(base, by_class, "/m", 2.0, 0.3)
+    assert configured_tier(base, deadline, "/m", 2.0, 0.3).engine.scheduling_policy == "priority"
+
+
+class _Engine:
+    """Stands in for TierEngine: records what it is sent and when, answers at once."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[Any, float]] = []
+        self._stats = SimpleNamespace(generation_tokens_total=0, offload_store_bytes_total=0.0, offload_load_bytes_total=0.0)
+
+    def stats(self) -> SimpleNamespace:
+        return SimpleNamespace(kv_occupancy=0.1, num_running=0, num_waiting=0, num_preemptions_total=0,
+                               preemptions_resumed_from_host_total=0, preempted_tokens_total=0,
+                               kv_offload_loaded_tokens_total=0, preempted_tokens_recomputed_total=0)
+
+    async def generate(self, request: Any):
+        self.sent.append((request, time.time()))
+        yield SimpleNamespace(content="4", finish_reason="stop", reasoning_tokens=3, answer_tokens=1)
+
+
+def test_the_runner_stamps_each_deadline_when_it_sends_the_request(policy) -> None:
+    """The hard request leaves at once and the easy one 0.3 s later: each priority is its send time plus its class's
+    objective, in milliseconds, and the report keeps it."""
+    requests = (_request(0, "hard", 0.0, 2), _request(1, "easy", 0.3, 0))
+    engine = _Engine()
+    summary = asyncio.run(gpu_bench._Runner(engine, policy, CONFIGS["fp8-deadline"]).run(
+        Workload("W", 1.0, 1.0, 0.3, 1, "easy=1,hard=1", requests), drain_s=5))
+    (hard, hard_sent), (easy, easy_sent) = engine.sent
+    assert abs(hard.priority - 1000 * (hard_sent + policy.slos["hard"].ttfvt_s)) <= 5
+    assert abs(easy.priority - 1000 * (easy_sent + policy.slos["easy"].ttfvt_s)) <= 5
+    assert 250 <= 1000 * (easy_sent - hard_sent) <= 400 and easy.priority < hard.priority
+    assert [r["priority"] for r in summary["requests"]] == [hard.priority, easy.priority]
+    engine = _Engine()
+    asyncio.run(gpu_bench._Runner(engine, policy, CONFIGS["fp8-prio"]).run(
+        Workload("W", 1.0, 1.0, 0.3, 1, "easy=1,hard=1", requests), drain_s=5))
+    assert [r.priority for r, _ in engine.sent] == [2, 0]
+
+
+def test_table_shows_the_hard_p90_the_aim_is_stated_in(policy) -> None:
+    records = [RequestRecord(i, "hard", 0.0, ttft_s=0.1, ttfvt_s=1.0, e2e_s=float(i)) for i in range(1, 12)]
+    samples = [Sample(0, 0.1, 0, 0, 0, 0, 0.0, 0.0), Sample(1, 0.2, 0, 0, 0, 100, 0.0, 0.0)]
+    summary = summarize(records, samples, policy.slos, wall_s=12.0, duration_s=1.0)
+    head, _, row = markdown_table([{"results": [{"config": "fp8", "kv_capacity_tokens": 1, "workloads": {"B": summary}}]}]
+                                  ).splitlines()
+    column = head.split(" | ").index("hard E2E p50 / p90 / p99 (s)")
+    assert row.split(" | ")[column] == "6.0 / 10.0 / 10.9"
+
+
+def _script_parts() -> dict[str, list[str]]:
+    """Each part's bench arguments as the device script passes them, its variables filled in."""
+    text = SCRIPT.read_text()
+    variables = {name: str(ROOT / path) for name, path in re.findall(r"^(\w+)=(loadtest/\S+)$", text, re.M)}
+    parts = dict(re.findall(r"^  (\w)\) plan=\((.*)\) ;;$", text, re.M))
+    return {part: re.sub(r"\$(\w+)", lambda m: variables[m.group(1)], args).replace('"', "").split()
+            for part, args in parts.items()}
+
+
+def test_the_device_script_runs_three_orders_and_the_idle_workload() -> None:
+    parts = _script_parts()
+    assert sorted(parts) == ["a", "b"]
+    plans = {}
+    for part, args in parts.items():
+        workloads = read_workloads([v for k, v in itertools.pairwise(args) if k == "--workload"])
+        plans[part] = parse_plan([v for k, v in itertools.pairwise(args) if k == "--config"], workloads)
+    assert plans == {"a": [("fp8", ["B"]), ("fp8-prio", ["B"])], "b": [("fp8-deadline", ["B", "idle"])]}
+    assert "--drain-s 240" in SCRIPT.read_text()
+
+
+def test_the_idle_workload_has_one_easy_request_in_flight_at_a_time(policy) -> None:
+    """Easy requests at the policy's easy budget, at least 5.5 s apart: at batch 1 an easy request's 768 tokens take
+    about 4 s on the H200 (h200_step_profile.json: 4.8 ms a step)."""
+    workload = Workload.from_json(json.loads(IDLE.read_text()))
+    budget = policy.tiers["reasoning"].budgets["low"]
+    assert len(workload.requests) >= 20 and {r.difficulty for r in workload.requests} == {"easy"}
+    assert {(r.thinking_tokens, r.answer_tokens) for r in workload.requests} == {(budget.thinking_tokens, budget.answer_tokens)}
+    sends = [r.send_at_s for r in workload.requests]
+    assert min(b - a for a, b in itertools.pairwise(sends)) >= 5.5
