@@ -91,7 +91,7 @@ def test_worker_groups_sit_in_their_pools_with_their_resources(render: Render) -
     assert "NVIDIA-H100-80GB-HBM3" in terms[0]["matchExpressions"][0]["values"]
     limits = pod["containers"][0]["resources"]["limits"]
     assert limits["nvidia.com/gpu"] == "2"  # tensor_parallel_size 2
-    # Host memory: the tier's 160 GiB (KV offload included) + 16 GiB /dev/shm + 8 GiB overhead.
+    # Host memory: the tier's 160 GiB + 16 GiB /dev/shm + 8 GiB overhead.
     assert limits["memory"] == "184Gi"
     shm = next(v for v in pod["volumes"] if v["name"] == "shm")
     assert shm["emptyDir"] == {"medium": "Memory", "sizeLimit": "16Gi"}

@@ -288,7 +288,8 @@ def test_production_example_is_the_h100_fleet_it_claims() -> None:
     reasoning, chat = policy.tiers[policy.routing.reasoning_tier], policy.tiers[policy.routing.chat_tier]
     assert "DeepSeek-R1-Distill-Qwen-32B" in reasoning.model
     assert (reasoning.pool.accelerator, reasoning.pool.accelerator_type) == ("gpu", "H100")
-    assert reasoning.engine.kv_cache_dtype == "fp8" and reasoning.engine.kv_offloading.enabled
+    assert reasoning.engine.kv_cache_dtype == "fp8"
+    assert not reasoning.engine.kv_offloading.enabled  # both offload modes lost on a GPU (loadtest/results/gpu-offload)
     assert reasoning.engine.scheduling_policy == "priority" and reasoning.engine.max_model_len == 32768
     assert chat.pool.accelerator_type != "H100" and not chat.thinking
     assert all(t.api_key_env.startswith("THINKTIER_KEY_") for t in policy.tenants.values())
