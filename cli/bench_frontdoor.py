@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from thinktier.loadtest.bench.frontdoor.frontdoor_bench import FRONTDOOR_POLICY, BenchSettings
+from thinktier.loadtest.bench.frontdoor.frontdoor_settings import FRONTDOOR_POLICY, BenchSettings
 
 DEFAULTS = BenchSettings()
 

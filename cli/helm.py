@@ -8,16 +8,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from thinktier.cluster.helm_values import (
-    CHART_VALUES,
-    VALUES_SCHEMA,
-    HelmValuesError,
-    render_alert_rules,
-    render_chart_defaults,
-    render_helm_values,
-    render_values_schema,
-)
 from thinktier.policies.loader import PolicyError
+
+# thinktier.cluster.helm_values imports the Serve application (and so Ray): each command imports it when it runs, so
+# that building the CLI's parser needs no Ray (cli/main.py).
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -67,7 +61,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "it. The rest of the file is kept."
         ),
     )
-    defaults.add_argument("--values", type=Path, default=CHART_VALUES, help="The chart's values.yaml (default: this checkout's).")
+    defaults.add_argument("--values", type=Path, help="The chart's values.yaml (default: this checkout's).")
     defaults.add_argument("--check", action="store_true", help="Do not write; exit 1 when the file is out of date (for CI).")
     defaults.set_defaults(func=run_defaults)
     schema = commands.add_parser(
@@ -80,13 +74,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         ),
     )
     schema.add_argument(
-        "--schema", type=Path, default=VALUES_SCHEMA, help="The chart's values.schema.json (default: this checkout's)."
+        "--schema", type=Path, help="The chart's values.schema.json (default: this checkout's)."
     )
     schema.add_argument("--check", action="store_true", help="Do not write; exit 1 when the file is out of date (for CI).")
     schema.set_defaults(func=run_schema)
 
 
 def run_values(args: argparse.Namespace) -> int:
+    from thinktier.cluster.helm_values import HelmValuesError, render_helm_values
+
     try:
         text = render_helm_values(args.policy)
     except (PolicyError, HelmValuesError) as exc:
@@ -113,6 +109,8 @@ def run_values(args: argparse.Namespace) -> int:
 
 
 def run_alerts(args: argparse.Namespace) -> int:
+    from thinktier.cluster.helm_values import render_alert_rules
+
     try:
         text = render_alert_rules(args.policy)
     except PolicyError as exc:
@@ -126,6 +124,9 @@ def run_alerts(args: argparse.Namespace) -> int:
 
 
 def run_defaults(args: argparse.Namespace) -> int:
+    from thinktier.cluster.helm_values import CHART_VALUES, HelmValuesError, render_chart_defaults
+
+    args.values = args.values or CHART_VALUES
     current = args.values.read_text()
     try:
         text = render_chart_defaults(current)
@@ -146,6 +147,9 @@ def run_defaults(args: argparse.Namespace) -> int:
 
 
 def run_schema(args: argparse.Namespace) -> int:
+    from thinktier.cluster.helm_values import VALUES_SCHEMA, render_values_schema
+
+    args.schema = args.schema or VALUES_SCHEMA
     current = args.schema.read_text()
     text = render_values_schema(current)
     if args.check:

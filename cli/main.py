@@ -1,4 +1,8 @@
-"""`thinktier`: the command line. Each command group lives in its own module with a `register(subparsers)`."""
+"""`thinktier`: the command line. Each command group lives in its own module with a `register(subparsers)`.
+
+Building the parser imports every command module, so none of them imports Ray at module level: a command that needs
+it imports it when it runs. The GPU machine's benches (`thinktier bench gpu`, `bench economy`) run where Ray is not
+installed (tests/test_cli_without_ray.py)."""
 
 from __future__ import annotations
 

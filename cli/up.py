@@ -8,11 +8,12 @@ import sys
 import threading
 import time
 
-from thinktier.cluster.local import LocalCluster, StartupError
 from thinktier.policies.loader import PolicyError
 
 
 def _up(args: argparse.Namespace) -> int:
+    from thinktier.cluster.local import LocalCluster, StartupError  # Ray: only when serving (cli/main.py)
+
     started = time.monotonic()
 
     def progress(line: str) -> None:

@@ -12,16 +12,12 @@
 #     --duration 160 --mix easy=1 --seed 1 --out loadtest/results/gpu-deadline/workload-idle.json
 # Aims: easy TTFVT p99 (deadline) within 1.5x of the idle easy TTFVT; hard E2E p50 and p90 within 5 % of FCFS's.
 # Preemptions are reported per run, not per class: vLLM 0.24 gives no per-request count (gpu_bench.py's docstring).
-# Run from the repository root on the device machine, after the vLLM payload and Ray are staged (the bench drives the
-# tier engine in process); .gpu/ and .ray/ are the main checkout's (ignored; copy them into a worktree first):
+# Run from the repository root on the device machine, after the vLLM payload is staged (no Ray needed: the bench
+# drives the tier engine in process); .gpu/ is the main checkout's (ignored; copy it into a worktree first):
 #   1. carry [.gpu/c1, .gpu/whl, .gpu/tok, .gpu/s, .gpu/c2]: bash .gpu/s/stage1.sh && cp .gpu/c2/* /tmp/stage/
 #   2. carry [.gpu/c3, .gpu/c4, .gpu/s]: cp .gpu/c3/* .gpu/c4/* /tmp/stage/
-#   3. carry [.gpu/c5, .gpu/s]: cp .gpu/c5/* /tmp/stage/ && source .gpu/s/assemble.sh
-#   4. carry [.gpu/s, .ray/s, .ray/w, .ray/x1, .ray/v5]: python3 -m pip install -q --no-index --no-deps --target /tmp/site \
-#        .ray/v5/*.whl; source .gpu/s/assemble.sh && source .ray/s/stage_extra.sh && bash scripts/gpu_deadline.sh a
-#   5. carry [.gpu/s, .ray/s]: source .gpu/s/assemble.sh && source .ray/s/stage_extra.sh && bash scripts/gpu_deadline.sh b
-# Ray is staged because `python3 -m thinktier` imports it while building its parser (`thinktier helm` and
-# `thinktier bench frontdoor` import Ray Serve modules); without it the bench stops at once (ModuleNotFoundError: ray).
+#   3. carry [.gpu/c5, .gpu/s]: cp .gpu/c5/* /tmp/stage/ && source .gpu/s/assemble.sh && bash scripts/gpu_deadline.sh a
+#   4. carry [.gpu/s]: source .gpu/s/assemble.sh && bash scripts/gpu_deadline.sh b
 # Call 1 fits only with loadtest/results out of the tree but for its gpu/ and gpu-deadline/ folders (the workloads):
 #   mv loadtest/results /tmp/ && mkdir -p loadtest/results
 #   cp -r /tmp/results/gpu /tmp/results/gpu-deadline loadtest/results/   (back after)
@@ -40,7 +36,6 @@ case "$part" in
   b) plan=(--workload "B=$B" --workload "idle=$idle" --config fp8-deadline:B,idle) ;;
   *) echo "GPU_DEADLINE_UNKNOWN_PART: $part (a or b)"; exit 3 ;;
 esac
-python3 -c "import ray" 2>/dev/null || { echo "GPU_BENCH_NO_RAY: stage Ray first (this script's header, call 4)"; exit 3; }
 python3 -c "import vllm" 2>/dev/null || { echo "GPU_DEADLINE_NOT_STAGED: see this script's header"; exit 3; }
 export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1 > "$OUT/device-$part.txt"

@@ -3,15 +3,11 @@
 # preempt-offload, and with vLLM's native offloading of decode blocks, on the gpu-scaling bench's workload B
 # (h200-7b.yaml's budgets, 212 requests over 30 s, dummy R1-Distill-Qwen-7B weights, FP8 KV capped at 2 GiB), each
 # drained in full (240 s) so every hard request's completion counts. Run from the repository root on the device
-# machine, after the vLLM payload and Ray are staged (the bench drives the tier engine in process):
+# machine, after the vLLM payload is staged (no Ray needed: the bench drives the tier engine in process):
 #   1. carry [.gpu/c1, .gpu/whl, .gpu/tok, .gpu/s, .gpu/c2]: bash .gpu/s/stage1.sh && cp .gpu/c2/* /tmp/stage/
 #   2. carry [.gpu/c3, .gpu/c4, .gpu/s]: cp .gpu/c3/* .gpu/c4/* /tmp/stage/
-#   3. carry [.gpu/c5, .gpu/s]: cp .gpu/c5/* /tmp/stage/ && source .gpu/s/assemble.sh
-#   4. carry [.gpu/s, .ray/s, .ray/w, .ray/x1, .ray/v5]: python3 -m pip install -q --no-index --no-deps --target /tmp/site \
-#        .ray/v5/*.whl; source .gpu/s/assemble.sh && source .ray/s/stage_extra.sh && bash scripts/gpu_offload.sh a
-#   5. carry [.gpu/s, .ray/s]: source .gpu/s/assemble.sh && source .ray/s/stage_extra.sh && bash scripts/gpu_offload.sh b
-# Ray is staged because `python3 -m thinktier` imports it while building its parser (`thinktier helm` and
-# `thinktier bench frontdoor` import Ray Serve modules); without it the bench stops at once (ModuleNotFoundError: ray).
+#   3. carry [.gpu/c5, .gpu/s]: cp .gpu/c5/* /tmp/stage/ && source .gpu/s/assemble.sh && bash scripts/gpu_offload.sh a
+#   4. carry [.gpu/s]: source .gpu/s/assemble.sh && bash scripts/gpu_offload.sh b
 # Call 1 fits only with loadtest/results out of the tree but for its gpu/ folder (workload B; 0.5 MB):
 #   mv loadtest/results /tmp/ && mkdir -p loadtest/results && cp -r /tmp/results/gpu loadtest/results/   (back after)
 # PART a: fp8-prio then fp8-preempt-offload-prio (about 9 minutes); b: fp8-offload-decode-prio. Each writes
@@ -24,7 +20,6 @@ case "$part" in
   b) configs=(--config fp8-offload-decode-prio:B) ;;
   *) echo "GPU_OFFLOAD_UNKNOWN_PART: $part (a or b)"; exit 3 ;;
 esac
-python3 -c "import ray" 2>/dev/null || { echo "GPU_BENCH_NO_RAY: stage Ray first (this script's header, call 4)"; exit 3; }
 python3 -c "import vllm" 2>/dev/null || { echo "GPU_OFFLOAD_NOT_STAGED: see this script's header"; exit 3; }
 workload=loadtest/results/gpu/workload-B.json
 export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1

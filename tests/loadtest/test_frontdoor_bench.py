@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from thinktier.deployments.tier.protocol import TierChunk, TierRequest
-from thinktier.loadtest.bench.frontdoor.frontdoor_bench import BenchSettings, policy_variant
+from thinktier.loadtest.bench.frontdoor.frontdoor_bench import policy_variant
 from thinktier.loadtest.bench.frontdoor.frontdoor_client import ClientSample, Load, chat_body, event_tokens, stream_once
 from thinktier.loadtest.bench.frontdoor.frontdoor_floor import create_app
 from thinktier.loadtest.bench.frontdoor.frontdoor_report import (
@@ -25,6 +25,7 @@ from thinktier.loadtest.bench.frontdoor.frontdoor_report import (
     markdown,
     per_token_s,
 )
+from thinktier.loadtest.bench.frontdoor.frontdoor_settings import BenchSettings
 from thinktier.loadtest.bench.frontdoor.synthetic_stream import WORD, synthetic_chunks, tier_stream
 from thinktier.policies.loader import load_policy
 
