@@ -52,12 +52,16 @@ def overlapped_steps(scheduler: Any, kv_transfer_config: Any) -> None:
             scheduler.deferred_frees.append((scheduler.sched_step_seq, blocks))
 
     schedule = scheduler.schedule
+    in_flight = [False]  # whether the previous step ran anything
 
     def schedule_with_a_step_in_flight(*args: Any, **kwargs: Any) -> Any:
         processed = scheduler.processed_step_seq
-        scheduler.processed_step_seq = max(processed - 1, 0)
+        if in_flight[0]:
+            scheduler.processed_step_seq = max(processed - 1, 0)
         try:
-            return schedule(*args, **kwargs)
+            output = schedule(*args, **kwargs)
+            in_flight[0] = output.total_num_scheduled_tokens > 0
+            return output
         finally:
             scheduler.processed_step_seq = processed
             scheduler._drain_deferred_frees()  # the step in flight comes back before the next is scheduled
