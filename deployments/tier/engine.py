@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from thinktier.deployments.tier.certainty import CertaintyTracker, probe_answer, probe_prompt
-from thinktier.deployments.tier.kv_offload import CONNECTOR, CONNECTOR_MODULE, HOST_BYTES
+from thinktier.deployments.tier.kv_offload import CONNECTOR, CONNECTOR_MODULE, HOST_BYTES, KV_ROLE
 from thinktier.deployments.tier.kv_offload.planner import COUNTER_PREFIX, LOAD_BYTES, STORE_BYTES
 from thinktier.deployments.tier.models import resolve_model
 from thinktier.deployments.tier.prompts import normalize_messages
@@ -114,7 +114,7 @@ def engine_kwargs(tier: Tier, model_path: str) -> dict[str, Any]:
         kwargs["kv_transfer_config"] = {
             "kv_connector": CONNECTOR,
             "kv_connector_module_path": CONNECTOR_MODULE,
-            "kv_role": "kv_both",
+            "kv_role": KV_ROLE,  # see KV_ROLE: a consumer role sets off a preemption storm in vLLM 0.24
             "kv_connector_extra_config": {HOST_BYTES: int(engine.kv_offloading.size_gib * GIB)},
         }
     return kwargs

@@ -67,7 +67,7 @@ def test_preempt_offload_names_the_projects_connector_and_its_host_memory() -> N
     policy = parse_policy(tier_text("kv_offloading: {mode: preempted, size_gib: 1.5}", memory_gib=4), "p.yaml")
     config = engine_kwargs(policy.tiers["reasoning"], "/m")["kv_transfer_config"]
     connector = getattr(importlib.import_module(config["kv_connector_module_path"]), config["kv_connector"])
-    assert connector.__name__ == "PreemptOffloadConnector" and config["kv_role"] == "kv_both"
+    assert connector.__name__ == "PreemptOffloadConnector" and config["kv_role"] == "kv_producer"
     assert config["kv_connector_extra_config"] == {"host_bytes": int(1.5 * (1 << 30))}
 
 

@@ -95,6 +95,12 @@ class PreemptOffloadConnector(KVConnectorBase_V1):
         self._requests: dict[str, Request] = {}
         self._pool: HostKVPool | None = None
 
+    @property
+    def requires_kv_delivery(self) -> bool:
+        """No: a copy not made is only a recompute (vLLM 0.32 asks; its default follows the producer role, which this
+        connector takes only to keep vLLM from deferring block frees, see `KV_ROLE`)."""
+        return False
+
     # scheduler side
 
     def get_num_new_matched_tokens(self, request: Request, num_computed_tokens: int) -> tuple[int | None, bool]:
