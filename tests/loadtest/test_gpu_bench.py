@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from thinktier.cli.main import build_parser
 from thinktier.cli.main import main as thinktier_main
 from thinktier.deployments.tier.engine import engine_env
 from thinktier.loadtest.bench.gpu import gpu_bench, gpu_device
-from thinktier.loadtest.bench.gpu.gpu_configs import CONFIGS, configured_tier, parse_plan
+from thinktier.loadtest.bench.gpu.gpu_configs import CONFIGS, configured_tier, engine_overrides, parse_plan
 from thinktier.loadtest.bench.gpu.gpu_results import RequestRecord, Sample, markdown_table, summarize
 from thinktier.loadtest.bench.gpu.gpu_step_profile import fit_step_profile, step_profile_file
 from thinktier.loadtest.bench.gpu.gpu_workload import Workload, build_workload
@@ -87,6 +88,13 @@ def test_configured_tier_changes_only_what_the_configuration_names(policy) -> No
     assert (preempt.engine.kv_offloading.mode, preempt.engine.kv_offloading.size_gib) == ("preempted", 16)
     assert preempt.pool.memory_gib >= 16 + 2  # room for the host copy beside the engine process
     assert configured_tier(base, CONFIGS["fp8-offload-prio"], "/m", 2.0, 0.3).engine.kv_offloading.mode == "native"
+
+
+def test_the_sync_pair_turns_async_scheduling_off_and_nothing_else() -> None:
+    """Native offload is measured beside its own baseline with async scheduling off; the other configs leave it to vLLM."""
+    assert engine_overrides(CONFIGS["fp8-offload-decode-prio-sync"], "dummy")["async_scheduling"] is False
+    assert engine_overrides(CONFIGS["fp8-prio-sync"], "dummy") == {"load_format": "dummy", "async_scheduling": False}
+    assert "async_scheduling" not in engine_overrides(CONFIGS["fp8-offload-decode-prio"], "dummy")
 
 
 def test_a_cpu_tier_runs_as_its_policy_says_with_its_replica_environment(monkeypatch) -> None:
@@ -235,3 +243,14 @@ def test_step_profile_file_takes_the_named_configuration() -> None:
     assert data["kv_cache_dtype"] == "fp8" and data["cuda_graphs"] and "formula" in data["fit"]
     with pytest.raises(ValueError, match="no step profile for configuration 'bf16'"):
         step_profile_file(report, "bf16")
+
+
+def test_the_offload_script_runs_configurations_that_exist() -> None:
+    """scripts/gpu_offload.sh is run on the GPU machine, where a wrong name costs a device call."""
+    text = (Path(__file__).resolve().parents[2] / "scripts" / "gpu_offload.sh").read_text()
+    parts = dict(re.findall(r"^  (\w)\) configs=\((.*)\) ;;$", text, re.M))
+    assert set(parts) == {"a", "b"}
+    names = [name for args in parts.values() for name in re.findall(r"--config ([\w-]+):B", args)]
+    assert names and all(name in CONFIGS for name in names), names
+    assert "fp8-preempt-offload-prio" in names and "fp8-offload-decode-prio-sync" in names
+

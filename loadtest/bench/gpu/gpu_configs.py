@@ -26,6 +26,11 @@ class BenchConfig:
     thinking_budget_processor: BudgetProcessor = "thinktier"
     offload_mode: KVOffloadingMode = "native"
     """What offloads when offload_gib > 0: vLLM's native connector or the project's preempt-offload."""
+    async_scheduling: bool | None = None
+    """vLLM's async scheduling (None: vLLM's default, on for a GPU). Off for a fair run of vLLM's native offloading
+    connector: it declares kv_role 'kv_both', and with a consumer role and async scheduling vLLM 0.24 defers freeing a
+    preempted request's blocks, which its preemption loop answers by preempting every lower-priority request
+    (loadtest/results/gpu-offload/README.md)."""
     priority_order: Literal["class", "deadline"] = "class"
     """Under priority scheduling, how each request's priority is set (the router's routing.priority_order): see
     `sent_priority`."""
@@ -59,6 +64,14 @@ CONFIGS: dict[str, BenchConfig] = {
     "fp8-offload-decode-prio": BenchConfig(
         "fp8", "priority", 16, True, description="FP8 KV + offload of decode blocks + priority (hard = lower)"
     ),
+    "fp8-prio-sync": BenchConfig(
+        "fp8", "priority", description="FP8 KV, priority, async scheduling off (the baseline of fp8-offload-decode-prio-sync)",
+        async_scheduling=False,
+    ),
+    "fp8-offload-decode-prio-sync": BenchConfig(
+        "fp8", "priority", 16, True, description="FP8 KV + native offload of decode blocks + priority, async scheduling off",
+        async_scheduling=False,
+    ),
     "fp8-offload-prio": BenchConfig(
         "fp8", "priority", 16, description="FP8 KV + native offload (prompt blocks) + priority (hard = lower)"
     ),
@@ -91,8 +104,11 @@ def configured_tier(tier: Tier, config: BenchConfig, model: str, kv_cache_gib: f
 
 
 def engine_overrides(config: BenchConfig, load_format: str) -> dict[str, Any]:
-    """vLLM arguments no policy field sets: dummy weights, and the connector's decode-block offloading."""
+    """vLLM arguments no policy field sets: dummy weights, async scheduling, and the connector's decode-block
+    offloading."""
     overrides: dict[str, Any] = {"load_format": load_format}
+    if config.async_scheduling is not None:
+        overrides["async_scheduling"] = config.async_scheduling
     if config.offload_gib > 0 and config.offload_decode_blocks:
         from vllm.config import KVTransferConfig
 
