@@ -19,6 +19,10 @@ export PYTHONUNBUFFERED=1 PYTHONPATH=.:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 minutes=${MINUTES:-7.4}
 DONE=/tmp/reasoner-train.done
 
+send_large() {  # into $OUT in parts under its 16 MiB a file
+  tar -C /tmp -cf - reasoner-large | split -b 15000000 -d -a 2 - "$OUT/reasoner-large.tar.part-"
+}
+
 train_sizes() {
   for name in $1; do
     python3 scripts/gpu_reasoner.py train "$name" "/tmp/reasoner-$name" "$minutes" > "/tmp/train-$name.log" 2>&1 &
@@ -46,7 +50,7 @@ case "$1" in
       echo "== $name"; grep -E "step [0-9]+/" "/tmp/train-$name.log" | tail -n 3; tail -n 2 "/tmp/train-$name.log"
     done
     [ -d /tmp/reasoner-small ] && tar -C /tmp -cf "$OUT/reasoner-small.tar" reasoner-small
-    [ -d /tmp/reasoner-large ] && tar -C /tmp -cf - reasoner-large | split -b 15000000 -d -a 2 - "$OUT/reasoner-large.tar.part-"
+    [ -d /tmp/reasoner-large ] && send_large
     cat /tmp/train-*.log > "$OUT/train.log"
     ;;
   bench)
@@ -61,7 +65,7 @@ case "$1" in
     status=$?
     grep -E "^(met|MISSED)" /tmp/bench-large.log
     tail -n 3 /tmp/bench-large.log
-    tar -C /tmp -cf - reasoner-large | split -b 15000000 -d -a 2 - "$OUT/reasoner-large.tar.part-"
+    send_large
     exit $status
     ;;
   *)

@@ -16,16 +16,15 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter
 
-from thinktier.policies.schema import DifficultyClass
+from thinktier.deployments.classifier.difficulty_artifact import HeadClass
 
 PromptKind = Literal["terse-hard", "olympiad", "long-chat", "short-chat", "code", "logic", "grade-school"]
-Label = DifficultyClass | Literal["chat"]
 PROMPTS_FILE = Path(__file__).with_name("external_prompts.json")
 
 
 class _Written(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    label: Label
+    label: HeadClass
     text: str
 
 
@@ -35,7 +34,7 @@ class ExternalPrompt:
 
     id: str
     text: str
-    label: Label
+    label: HeadClass
     kind: PromptKind
     language: str
 

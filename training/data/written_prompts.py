@@ -14,11 +14,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 from pydantic import TypeAdapter
 
-Label = Literal["chat", "easy", "medium", "hard"]
+from thinktier.deployments.classifier.difficulty_artifact import HeadClass
+
 PROMPTS_FILE = Path(__file__).with_name("written_prompts.json")
 
 
@@ -28,11 +28,11 @@ class WrittenPrompt:
 
     id: str
     text: str
-    label: Label
+    label: HeadClass
     language: str
 
 
-_BY_LANGUAGE = TypeAdapter(dict[str, dict[Label, list[str]]]).validate_json(PROMPTS_FILE.read_bytes())
+_BY_LANGUAGE = TypeAdapter(dict[str, dict[HeadClass, list[str]]]).validate_json(PROMPTS_FILE.read_bytes())
 
 
 def written_prompts(languages: Sequence[str]) -> list[WrittenPrompt]:

@@ -20,17 +20,16 @@ from typing import Any
 import pytest
 
 from tests.deployments.kv_offload.test_preempt_offload_engine import tier
-from thinktier.deployments.tier.engine import engine_kwargs
+from thinktier.deployments.tier.engine import engine_env, engine_kwargs
 from thinktier.deployments.tier.models import resolve_model
 
 pytestmark = pytest.mark.integration
 
-CPU_ENV = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
-
 
 @pytest.fixture
 def cpu_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for name, value in CPU_ENV.items():
+    """The environment a CPU tier replica's engine gets (this test builds vLLM's engine itself, not a TierEngine)."""
+    for name, value in engine_env(tier(0.1, "off")).items():
         monkeypatch.setenv(name, value)
     yield
 
