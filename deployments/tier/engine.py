@@ -139,6 +139,11 @@ class _EngineStats:
         self.preempted_tokens_total = 0
         self.kv_offload_loaded_tokens_total = 0
         self.preempted_tokens_recomputed_total = 0
+        # vLLM's prefix-cache lookups of requests that were preempted before: what a resume finds on the GPU, with or
+        # without a connector (a request that cannot be admitted is looked up again at the next step).
+        self.resume_lookups_total = 0
+        self.resume_lookup_tokens_total = 0
+        self.resume_prefix_hits_total = 0
 
     def record_offload(self, connector_stats: dict[str, Any] | None, connector_prefix_stats: Any) -> None:
         """Add one interval of KV offload traffic (bytes each way), CPU-cache lookups (tokens), and preempt-offload's
@@ -174,6 +179,9 @@ class _EngineStats:
                     stats.num_waiting = scheduler_stats.num_waiting_reqs
                     stats.prefix_cache_queries_total += scheduler_stats.prefix_cache_stats.queries
                     stats.prefix_cache_hits_total += scheduler_stats.prefix_cache_stats.hits
+                    stats.resume_lookups_total += scheduler_stats.prefix_cache_stats.preempted_requests
+                    stats.resume_lookup_tokens_total += scheduler_stats.prefix_cache_stats.preempted_queries
+                    stats.resume_prefix_hits_total += scheduler_stats.prefix_cache_stats.preempted_hits
                     stats.record_offload(scheduler_stats.kv_connector_stats, scheduler_stats.connector_prefix_cache_stats)
                 if iteration_stats is not None:
                     stats.num_preemptions_total += iteration_stats.num_preempted_reqs

@@ -133,7 +133,12 @@ def test_summary_counts_goodput_under_the_slos_and_engine_counter_deltas() -> No
         RequestRecord(3, "hard", 0.3, ttft_s=0.3),  # never finished
     ]
     samples = [_sample(0, 0.0, 5, 1000), _sample(1, 1.0, 7, 3000, stored=2**30), _sample(2, 0.5, 9, 5000, stored=2**31)]
+    samples[-1].resume_lookups_total, samples[-1].resume_lookup_tokens_total, samples[-1].resume_prefix_hits_total = 4, 900, 500
     summary = summarize(records, samples, slos, wall_s=20.0, duration_s=10.0)
+    # four resumes looked up 900 tokens and found 500 on the GPU: 100 tokens each to recompute (or load)
+    assert summary["resume_lookups"] == 4 and summary["resume_gpu_misses"] == 400
+    result = {"config": "c", "kv_capacity_tokens": 1, "workloads": {"B": summary}}
+    assert markdown_table([{"results": [result]}]).rstrip().endswith("| 100 |")
     assert summary["met_slo"] == 2 and summary["goodput_rps"] == pytest.approx(0.2)
     assert summary["finished"] == 3 and summary["per_class"]["hard"]["finished"] == 1
     assert summary["output_tokens"] == 4000 and summary["output_tokens_per_s"] == pytest.approx(200)

@@ -93,6 +93,9 @@ class _Runner:
             s.preempted_tokens_total,
             s.kv_offload_loaded_tokens_total,
             s.preempted_tokens_recomputed_total,
+            raw.resume_lookups_total,
+            raw.resume_lookup_tokens_total,
+            raw.resume_prefix_hits_total,
         )
 
     async def run(self, workload: Workload, drain_s: float) -> dict[str, Any]:

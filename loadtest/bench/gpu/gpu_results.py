@@ -45,6 +45,10 @@ class Sample:
     loaded_tokens_total: int = 0
     recomputed_tokens_total: int = 0
     """The last four: preempt-offload only (engine.kv_offloading.mode 'preempted')."""
+    resume_lookups_total: int = 0
+    resume_lookup_tokens_total: int = 0
+    resume_prefix_hits_total: int = 0
+    """vLLM's prefix-cache lookups of previously preempted requests, their tokens, and those found on the GPU."""
 
 
 def class_summary(records: Sequence[RequestRecord], slo: SLO) -> dict[str, Any]:
@@ -97,6 +101,9 @@ def summarize(
         "preempted_tokens": last.preempted_tokens_total - first.preempted_tokens_total,
         "loaded_tokens": last.loaded_tokens_total - first.loaded_tokens_total,
         "recomputed_tokens": last.recomputed_tokens_total - first.recomputed_tokens_total,
+        "resume_lookups": last.resume_lookups_total - first.resume_lookups_total,
+        "resume_gpu_misses": (last.resume_lookup_tokens_total - first.resume_lookup_tokens_total)
+        - (last.resume_prefix_hits_total - first.resume_prefix_hits_total),
         "timeline": [asdict(s) for s in samples[:: max(1, math.ceil(len(samples) / 120))]],
         "requests": [asdict(r) for r in records],
     }
@@ -113,6 +120,14 @@ def _per_preemption(workload: dict[str, Any]) -> str:
     return f"{workload['recomputed_tokens'] / workload['preemptions']:,.0f}"
 
 
+def _misses_per_resume(workload: dict[str, Any]) -> str:
+    """Tokens a resumed request did not find in vLLM's GPU prefix cache, per lookup: without a connector, what it
+    recomputes; with preempt-offload, what it loads from host memory or recomputes (older reports lack the field)."""
+    if not workload.get("resume_lookups"):
+        return "-"
+    return f"{workload['resume_gpu_misses'] / workload['resume_lookups']:,.0f}"
+
+
 def markdown_table(reports: Sequence[dict[str, Any]]) -> str:
     """One row per configuration and workload of the given `run` reports, in their order."""
     head = (
@@ -120,7 +135,7 @@ def markdown_table(reports: Sequence[dict[str, Any]]) -> str:
         "easy TTFVT p50 / p99 (s) | easy E2E p50 / p99 (s) | medium E2E p50 / p99 (s) | "
         "hard TTFVT p50 / p99 (s) | hard E2E p50 / p90 / p99 (s) | hard E2E mean (s) | hard finished | KV mean / peak | "
         "preemptions | "
-        "offload out / in (GiB) | resumed from host | recomputed tokens per preemption |"
+        "offload out / in (GiB) | resumed from host | recomputed tokens per preemption | GPU cache misses per resume |"
     )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for report in reports:
@@ -139,6 +154,6 @@ def markdown_table(reports: Sequence[dict[str, Any]]) -> str:
                     f"{c['hard']['finished']}/{c['hard']['sent']} | "
                     f"{w['kv_occupancy_mean']:.0%} / {w['kv_occupancy_peak']:.0%} | "
                     f"{w['preemptions']} | {w['offload_store_gib']:.1f} / {w['offload_load_gib']:.1f} | "
-                    f"{w.get('preemptions_resumed_from_host', '-')} | {_per_preemption(w)} |"
+                    f"{w.get('preemptions_resumed_from_host', '-')} | {_per_preemption(w)} | {_misses_per_resume(w)} |"
                 )
     return "\n".join(lines) + "\n"
