@@ -121,8 +121,10 @@ def _per_preemption(workload: dict[str, Any]) -> str:
 
 
 def _misses_per_resume(workload: dict[str, Any]) -> str:
-    """Tokens a resumed request did not find in vLLM's GPU prefix cache, per lookup: without a connector, what it
-    recomputes; with preempt-offload, what it loads from host memory or recomputes (older reports lack the field)."""
+    """Tokens a preempted request did not find in vLLM's GPU prefix cache, per lookup: without a connector, what it
+    recomputes when admitted; with preempt-offload, what it loads from host memory or recomputes. A request that waits
+    is looked up at every step until admitted, so this is an average over waiting steps, not over resumes (older
+    reports lack the field)."""
     if not workload.get("resume_lookups"):
         return "-"
     return f"{workload['resume_gpu_misses'] / workload['resume_lookups']:,.0f}"
@@ -135,7 +137,7 @@ def markdown_table(reports: Sequence[dict[str, Any]]) -> str:
         "easy TTFVT p50 / p99 (s) | easy E2E p50 / p99 (s) | medium E2E p50 / p99 (s) | "
         "hard TTFVT p50 / p99 (s) | hard E2E p50 / p90 / p99 (s) | hard E2E mean (s) | hard finished | KV mean / peak | "
         "preemptions | "
-        "offload out / in (GiB) | resumed from host | recomputed tokens per preemption | GPU cache misses per resume |"
+        "offload out / in (GiB) | resumed from host | recomputed tokens per preemption | GPU cache misses per resume lookup |"
     )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for report in reports:
