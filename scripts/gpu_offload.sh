@@ -10,10 +10,10 @@
 #   4. carry [.gpu/s]: source .gpu/s/assemble.sh && bash scripts/gpu_offload.sh b
 # Call 1 fits only with loadtest/results out of the tree but for its gpu/ folder (workload B; 0.5 MB):
 #   mv loadtest/results /tmp/ && mkdir -p loadtest/results && cp -r /tmp/results/gpu loadtest/results/   (back after)
-# PART a: fp8-prio then fp8-preempt-offload-prio (about 9 minutes; run 2026-12-05 on an H100 with the connector's old
-# kv_role, which stormed: loadtest/results/gpu-offload/; run it again for the fixed one). b: vLLM's native offload of
+# PART a: fp8-prio then fp8-preempt-offload-prio (about 6 minutes on an H100; run-a.json is the connector's old
+# kv_role, which stormed, run-a2.json the fixed one: loadtest/results/gpu-offload/README.md). b: vLLM's native offload of
 # decode blocks beside its own baseline, both with async scheduling off (fp8-prio-sync, fp8-offload-decode-prio-sync,
-# about 9 minutes): with it on, vLLM 0.24 storms as the old connector did (gpu_configs.BenchConfig.async_scheduling).
+# about 6.5 minutes): with it on, vLLM 0.24 storms as the old connector did (gpu_configs.BenchConfig.async_scheduling).
 # Each writes $OUT/run-PART.json; copy them into loadtest/results/gpu-offload/ (keep the first run-a.json, the old
 # connector's: name the rerun run-a2.json) and print the table with
 #   thinktier bench gpu table loadtest/results/gpu-offload/run-a2.json loadtest/results/gpu-offload/run-b.json
