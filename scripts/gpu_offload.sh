@@ -14,22 +14,28 @@
 # kv_role, which stormed, run-a2.json the fixed one: loadtest/results/gpu-offload/README.md). b: vLLM's native offload of
 # decode blocks beside its own baseline, both with async scheduling off (fp8-prio-sync, fp8-offload-decode-prio-sync,
 # about 6.5 minutes): with it on, vLLM 0.24 storms as the old connector did (gpu_configs.BenchConfig.async_scheduling).
+# c and d (about 4.5 minutes each): workload B twice more on one engine, recompute (c) and preempt-offload with the
+# batched copier (d), so each has three runs with a2's and a difference can be told from run-to-run spread (the second
+# run of an engine finds the prompts in its prefix cache: 200 of each request's 2,000-6,000 tokens).
 # Each writes $OUT/run-PART.json; copy them into loadtest/results/gpu-offload/ (keep the first run-a.json, the old
 # connector's: name the rerun run-a2.json) and print the table with
 #   thinktier bench gpu table loadtest/results/gpu-offload/run-a2.json loadtest/results/gpu-offload/run-b.json
 set -u
-part=${1:?usage: bash scripts/gpu_offload.sh a|b}
+part=${1:?usage: bash scripts/gpu_offload.sh a|b|c|d}
 case "$part" in
   a) configs=(--config fp8-prio:B --config fp8-preempt-offload-prio:B) ;;
   b) configs=(--config fp8-prio-sync:B --config fp8-offload-decode-prio-sync:B) ;;
-  *) echo "GPU_OFFLOAD_UNKNOWN_PART: $part (a or b)"; exit 3 ;;
+  c) configs=(--config fp8-prio:B2,B3) ;;
+  d) configs=(--config fp8-preempt-offload-prio:B2,B3) ;;
+  *) echo "GPU_OFFLOAD_UNKNOWN_PART: $part (a, b, c or d)"; exit 3 ;;
 esac
 python3 -c "import vllm" 2>/dev/null || { echo "GPU_OFFLOAD_NOT_STAGED: see this script's header"; exit 3; }
 workload=loadtest/results/gpu/workload-B.json
 export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1 > "$OUT/device-$part.txt"
 timeout 580 python3 -m thinktier bench gpu run --policy policies/examples/h200-7b.yaml --model /tmp/r1q7b \
-  --workload "B=$workload" "${configs[@]}" --drain-s 240 --out "$OUT/run-$part.json" > "$OUT/log-$part.txt" 2>&1
+  --workload "B=$workload" --workload "B2=$workload" --workload "B3=$workload" "${configs[@]}" --drain-s 240 \
+  --out "$OUT/run-$part.json" > "$OUT/log-$part.txt" 2>&1
 status=$?
 grep -E "^\[" "$OUT/log-$part.txt" | tail -n 8
 python3 -m thinktier bench gpu table "$OUT/run-$part.json" 2>/dev/null

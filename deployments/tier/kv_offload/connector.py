@@ -149,14 +149,12 @@ class PreemptOffloadConnector(KVConnectorBase_V1):
 
     def handle_preemptions(self, kv_connector_metadata: KVConnectorMetadata) -> None:
         assert isinstance(kv_connector_metadata, PreemptOffloadMetadata) and self._pool is not None
-        for copy in kv_connector_metadata.copies.stores:
-            self._pool.store(copy)
+        self._pool.store(kv_connector_metadata.copies.stores)
 
     def start_load_kv(self, forward_context: ForwardContext, **kwargs: Any) -> None:
         metadata = self._get_connector_metadata()
         assert isinstance(metadata, PreemptOffloadMetadata) and self._pool is not None
-        for copy in metadata.copies.loads:
-            self._pool.load(copy)
+        self._pool.load(metadata.copies.loads)
 
     def wait_for_layer_load(self, layer_name: str) -> None:
         """Loads finish in start_load_kv, before the forward pass."""
@@ -165,4 +163,5 @@ class PreemptOffloadConnector(KVConnectorBase_V1):
         """Nothing is saved as it is computed: only a preemption stores."""
 
     def wait_for_save(self) -> None:
-        """Stores finish in handle_preemptions."""
+        """Stores are ordered before the forward pass in handle_preemptions; they reach their host slots at the next
+        step's copies (copier.HostKVPool)."""
