@@ -128,6 +128,12 @@ class Provenance(Frozen):
         False, description="Also fitted on the hand-written long chat, terse hard and code prompts (difficulty-v6 on)."
     )
     math_per_level: int = Field(0, description="MATH training problems per level, graded by level (difficulty-v6 on).")
+    written_prompts_2: bool = Field(
+        False, description="Also fitted on the second hand-written batch, with German, Russian and Hindi (difficulty-v7 on)."
+    )
+    reasoner_per_class: int = Field(
+        0, description="The reasoner's problems per class and language, labelled by the thinking they need (difficulty-v7 on)."
+    )
 
 
 class ArtifactManifest(Frozen):

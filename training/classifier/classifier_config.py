@@ -14,7 +14,7 @@ FeatureRecipe = Literal["use-chargrams", "minilm"]
 
 @dataclass(frozen=True)
 class TrainingConfig:
-    version: str = "difficulty-v6"
+    version: str = "difficulty-v7"
     # use-chargrams: multilingual (difficulty-v2, -v3, -v4); minilm: the English-only recipe of difficulty-v1, to compare.
     features: FeatureRecipe = "use-chargrams"
     seed: int = 0
@@ -51,6 +51,8 @@ class TrainingConfig:
     # --no-written-prompts --math-per-level 0 --chat-confidence 0` rebuilds difficulty-v5 (a confidence of 0 is no rule).
     written_prompts: bool = True
     math_per_level: int = 300
+    written_prompts_2: bool = True
+    reasoner_per_class: int = 20
     chat_confidence: float | None = 0.5
     weight_decay: float = 1e-5
     max_iterations: int = 500
