@@ -32,8 +32,8 @@ from thinktier.training.classifier.classifier_training import (
     EXTRA_SOURCES,
     PLAIN_PREFIX,
     PLAIN_SLICES,
-    build_examples,
     chat_recall,
+    provenance_examples,
     roc_auc,
     sources_used,
 )
@@ -90,14 +90,7 @@ def held_out_rows(manifest: ArtifactManifest) -> list[HeldOutRow]:
     added sources it trained on (hand-written prompts, MATH by level), in a fixed order."""
     provenance = manifest.provenance
     held = {pid for ids in provenance.held_out_problems.values() for pid in ids}
-    examples = build_examples(
-        provenance.languages,
-        provenance.written_prompts,
-        provenance.math_per_level,
-        provenance.written_prompts_2,
-        provenance.reasoner_per_class,
-    )
-    return [HeldOutRow(e.problem_id, e.text, e.label, e.language) for e in examples if e.problem_id in held]
+    return [HeldOutRow(e.problem_id, e.text, e.label, e.language) for e in provenance_examples(provenance) if e.problem_id in held]
 
 
 def rows_seen_by(baseline: ArtifactManifest, rows: Sequence[HeldOutRow]) -> int:

@@ -16,7 +16,7 @@ from thinktier.deployments.classifier.difficulty_artifact import (
 from thinktier.loadtest.bench.classifier_bench import held_out_rows, rows_seen_by
 from thinktier.policies.schema import Classifier, Thresholds
 from thinktier.training.classifier.classifier_config import TrainingConfig
-from thinktier.training.classifier.classifier_training import build_examples, split_by_problem
+from thinktier.training.classifier.classifier_training import provenance_examples, split_by_problem
 from thinktier.training.data.chat_prompts import CHAT_PROMPTS, chat_prompts
 from thinktier.training.data.plain_math import plain_text
 from thinktier.training.data.problems import LANGUAGES, MissingDataError, Problem, load_problems
@@ -131,7 +131,7 @@ def test_unknown_artifact_names_the_shipped_ones() -> None:
 def test_held_out_split_is_reproducible_and_disjoint_by_problem(model: DifficultyModel) -> None:
     provenance = model.manifest.provenance
     config = TrainingConfig()
-    examples = build_examples(provenance.languages, provenance.written_prompts, provenance.math_per_level)
+    examples = provenance_examples(provenance)
     train, held_out = split_by_problem(examples, provenance.held_out_fraction, provenance.seed)
     recorded = {pid for ids in provenance.held_out_problems.values() for pid in ids}
     assert {e.problem_id for e in held_out} == recorded

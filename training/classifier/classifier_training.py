@@ -103,6 +103,17 @@ def examples_of(config: TrainingConfig) -> list[Example]:
     )
 
 
+def provenance_examples(provenance: Provenance) -> list[Example]:
+    """The rows an artifact was trained and evaluated on, rebuilt from its manifest."""
+    return build_examples(
+        provenance.languages,
+        provenance.written_prompts,
+        provenance.math_per_level,
+        provenance.written_prompts_2,
+        provenance.reasoner_per_class,
+    )
+
+
 # Id prefixes of the rows added for issue 33, stratified after the rest in this order (difficulty-v6's two first, so
 # difficulty-v7's sources never move v6's split).
 EXTRA_SOURCES = ("MATH-train:", "written:", "written-2:", "reasoner:")
