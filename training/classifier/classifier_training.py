@@ -265,12 +265,6 @@ def slices(languages: Sequence[str], row_languages: Sequence[str]) -> dict[str, 
     }
 
 
-def reported_languages(config: TrainingConfig, examples: Sequence[Example]) -> list[str]:
-    """The languages reported one by one: the config's, then any other that rows are written in (the second hand-written
-    batch's German, Russian and Hindi)."""
-    return [*config.languages, *sorted({e.language for e in examples} - set(config.languages))]
-
-
 def rendered_slices(languages: Sequence[str], row_languages: Sequence[str]) -> dict[str, tuple[torch.Tensor, bool]]:
     """(row mask, whether the rows are rendered without LaTeX) per reported slice: every slice of the rows as written,
     then PLAIN_SLICES without LaTeX."""
@@ -291,7 +285,7 @@ def cross_validate(
 ) -> CrossValidation:
     """Fit the head `config.cv_folds` times, each fold held out once, on features already computed for every row, as
     written and without LaTeX (`plain`). The folds are dealt by `fold_seed` (default: the config's seed)."""
-    reported = rendered_slices(reported_languages(config, examples), [e.language for e in examples])
+    reported = rendered_slices(config.languages, [e.language for e in examples])
     auc: dict[str, list[float]] = defaultdict(list)
     recall: dict[str, list[float]] = defaultdict(list)
     seed = config.seed if fold_seed is None else fold_seed
@@ -399,7 +393,7 @@ def train(config: TrainingConfig, log: Callable[[str], None] = print) -> Artifac
     held_probabilities = {typed: head.probabilities(x[held_rows]) for typed, x in ((False, all_x), (True, all_plain))}
     held_out_reports: dict[str, HeldOutReport] = {}
     held_languages = [e.language for e in examples if e.problem_id in held_set]
-    for name, (mask, typed) in rendered_slices(reported_languages(config, examples), held_languages).items():
+    for name, (mask, typed) in rendered_slices(config.languages, held_languages).items():
         probabilities = held_probabilities[typed][mask]
         held_out_reports[name] = report(held_y[mask], probabilities, fold_scores(probabilities, ANCHORS, config.chat_confidence))
     scores = fold_scores(held_probabilities[False], ANCHORS, config.chat_confidence)
