@@ -332,7 +332,7 @@ def write_results(
         "terse requests to prove named theorems, olympiad problems in other words, long everyday chat, code, logic and "
         "planning, grade-school sums; in eight languages, German, Russian and Hindi among them), by language and by kind. "
         f"`{ORIGINAL_SLICE}`: the held-out rows of the problem sets and one-line chat prompts alone (the split of "
-        "difficulty-v5 and before, without the hand-written prompts and MATH-by-level rows added for issue 33). "
+        "difficulty-v5 and before, without the hand-written prompts, MATH-by-level and reasoner rows added for issue 33). "
         "Hard budget: share of hard rows scored at or above the default policy's high threshold; hard to chat: hard rows "
         f"scored below its reasoning threshold (chat tier, thinking off). `{REASONER_SLICE}*`: the reasoner's problems, "
         "below.",
