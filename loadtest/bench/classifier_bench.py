@@ -2,14 +2,15 @@
 latency per prompt on this CPU at batch 1 and batched.
 
 Rows are the held-out rows of the candidate artifact (every language's problems of every class and chat prompts, and the
-rows of the sources it added). The baselines (difficulty-v1, English only, v5, v3 and v4) held out the same problems and
-never saw the added sources, so no model trained on any row scored
-here; the count of rows each baseline did train on is reported (0 for the shipped artifacts). Two more views: the same
+rows of the sources it added). The baselines (difficulty-v1, English only, v6, v5, v3 and v4) held out the same problems
+and never saw the sources added after them, so no model trained on any row scored here; the count of rows each baseline did train on is reported (0 for the shipped artifacts). Two more views: the same
 rows with their LaTeX written out as plain text (`plain:` slices, training/data/plain_math.py), as most users type, and an
 English set from outside the training sources (`external:en`, training/data/external_problems.py: unseen MATH500
 problems against CHAMP's competition problems), and prompts written as users write (`external:prompts` slices,
 training/data/external_prompts.py: terse requests to prove named theorems, long everyday chat, code and logic, in the
 trained languages and in German, Russian and Hindi). Neither external set was read by training or by any recipe choice.
+The `reasoner` slices: the project reasoner's problems drawn with another seed than training's
+(training/data/reasoner_prompts.py), labelled by the steps they need.
 All models run with the same threads on the same prompts in the same process.
 """
 
