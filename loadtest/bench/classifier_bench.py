@@ -3,7 +3,8 @@ latency per prompt on this CPU at batch 1 and batched.
 
 Rows are the held-out rows of the candidate artifact (every language's problems of every class and chat prompts, and the
 rows of the sources it added). The baselines (difficulty-v1, English only, v6, v5, v3 and v4) held out the same problems
-and never saw the sources added after them, so no model trained on any row scored here; the count of rows each baseline did train on is reported (0 for the shipped artifacts). Two more views: the same
+and never saw the sources added after them, so no model trained on any row scored here; the count of rows each
+baseline did train on is reported (0 for the shipped artifacts). Two more views: the same
 rows with their LaTeX written out as plain text (`plain:` slices, training/data/plain_math.py), as most users type, and an
 English set from outside the training sources (`external:en`, training/data/external_problems.py: unseen MATH500
 problems against CHAMP's competition problems), and prompts written as users write (`external:prompts` slices,
@@ -91,7 +92,8 @@ def held_out_rows(manifest: ArtifactManifest) -> list[HeldOutRow]:
     added sources it trained on (hand-written prompts, MATH by level), in a fixed order."""
     provenance = manifest.provenance
     held = {pid for ids in provenance.held_out_problems.values() for pid in ids}
-    return [HeldOutRow(e.problem_id, e.text, e.label, e.language) for e in provenance_examples(provenance) if e.problem_id in held]
+    rows = provenance_examples(provenance)
+    return [HeldOutRow(e.problem_id, e.text, e.label, e.language) for e in rows if e.problem_id in held]
 
 
 def rows_seen_by(baseline: ArtifactManifest, rows: Sequence[HeldOutRow]) -> int:
