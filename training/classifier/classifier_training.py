@@ -50,7 +50,8 @@ from thinktier.training.data.external_problems import MATH500_PACKAGE
 from thinktier.training.data.math_levels import math_level_problems
 from thinktier.training.data.plain_math import plain_text
 from thinktier.training.data.problems import GSM_PACKAGE, MMATH_PACKAGE, gsm_wheel, load_problems
-from thinktier.training.data.written_prompts import written_prompts
+from thinktier.training.data.reasoner_prompts import reasoner_prompts
+from thinktier.training.data.written_prompts import second_batch, written_prompts
 
 # Where a prompt of each class should land: inside its effort band for the default thresholds
 # (chat < 0.3 <= easy < 0.6 <= medium < 0.8 <= hard), away from the band edges.
@@ -71,24 +72,61 @@ class Example:
     language: str
 
 
-def build_examples(languages: Sequence[str], written: bool = False, math_per_level: int = 0) -> list[Example]:
+def build_examples(
+    languages: Sequence[str],
+    written: bool = False,
+    math_per_level: int = 0,
+    written_2: bool = False,
+    reasoner_per_class: int = 0,
+) -> list[Example]:
     """Chat prompts (their own class) and every labelled problem in `languages`; with `written`, the hand-written long
     chat, terse hard and code prompts of those languages (training/data/written_prompts.py); with `math_per_level`, that
-    many of MATH's training problems per level, graded by it (training/data/math_levels.py; English)."""
+    many of MATH's training problems per level, graded by it (training/data/math_levels.py; English); with `written_2`,
+    the second hand-written batch, in those languages and German, Russian and Hindi; with `reasoner_per_class`, that many
+    of the reasoner's problems per class and language, labelled by the thinking they need
+    (training/data/reasoner_prompts.py; English, Spanish and French)."""
     chat = [Example(c.id, c.text, "chat", c.language) for c in chat_prompts(languages)]
     problems = [Example(p.id, p.text, p.difficulty, p.language) for p in load_problems(languages)]
     extra = [Example(w.id, w.text, w.label, w.language) for w in written_prompts(languages)] if written else []
     if math_per_level > 0 and "en" in languages:
         extra += [Example(pid, text, label, "en") for pid, text, label in math_level_problems(math_per_level)]
+    if written_2:
+        extra += [Example(w.id, w.text, w.label, w.language) for w in second_batch(languages)]
+    extra += [Example(r.id, r.text, r.label, r.language) for r in reasoner_prompts(reasoner_per_class)]
     return chat + problems + extra
 
 
 def examples_of(config: TrainingConfig) -> list[Example]:
     """The rows the recipe of `config` trains and is evaluated on."""
-    return build_examples(config.languages, config.written_prompts, config.math_per_level)
+    return build_examples(
+        config.languages, config.written_prompts, config.math_per_level, config.written_prompts_2, config.reasoner_per_class
+    )
 
 
-EXTRA_SOURCES = ("written:", "MATH-train:")  # id prefixes of the rows added for issue 33, stratified after the rest
+def provenance_examples(provenance: Provenance) -> list[Example]:
+    """The rows an artifact was trained and evaluated on, rebuilt from its manifest."""
+    return build_examples(
+        provenance.languages,
+        provenance.written_prompts,
+        provenance.math_per_level,
+        provenance.written_prompts_2,
+        provenance.reasoner_per_class,
+    )
+
+
+# Id prefixes of the rows added for issue 33, stratified after the rest in this order (difficulty-v6's two first, so
+# difficulty-v7's sources never move v6's split).
+EXTRA_SOURCES = ("MATH-train:", "written:", "written-2:", "reasoner:")
+
+
+def sources_used(provenance: Provenance) -> dict[str, bool]:
+    """Which of EXTRA_SOURCES an artifact was fitted on."""
+    return {
+        "MATH-train:": provenance.math_per_level > 0,
+        "written:": provenance.written_prompts,
+        "written-2:": provenance.written_prompts_2,
+        "reasoner:": provenance.reasoner_per_class > 0,
+    }
 
 
 def strata(examples: Sequence[Example]) -> list[list[str]]:
@@ -97,9 +135,9 @@ def strata(examples: Sequence[Example]) -> list[list[str]]:
     language. Chat prompts are stratified by language so every language has its share in each split; in this order,
     adding a language's chat prompts or an added source never moves the problems' split."""
     ids: dict[tuple[HeadClass, str], set[str]] = defaultdict(set)
-    extra: dict[tuple[str, HeadClass, str], set[str]] = defaultdict(set)
+    extra: dict[tuple[int, HeadClass, str], set[str]] = defaultdict(set)
     for e in examples:
-        source = next((prefix for prefix in EXTRA_SOURCES if e.problem_id.startswith(prefix)), None)
+        source = next((i for i, prefix in enumerate(EXTRA_SOURCES) if e.problem_id.startswith(prefix)), None)
         if source is not None:
             extra[(source, e.label, e.language)].add(e.problem_id)
         else:
@@ -388,6 +426,8 @@ def train(config: TrainingConfig, log: Callable[[str], None] = print) -> Artifac
             plain_renderings=config.plain_renderings,
             written_prompts=config.written_prompts,
             math_per_level=config.math_per_level,
+            written_prompts_2=config.written_prompts_2,
+            reasoner_per_class=config.reasoner_per_class,
         ),
     )
     config.out_dir.mkdir(parents=True, exist_ok=True)
