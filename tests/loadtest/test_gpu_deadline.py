@@ -75,7 +75,8 @@ class _Engine:
 
     def __init__(self) -> None:
         self.sent: list[tuple[Any, float]] = []
-        self._stats = SimpleNamespace(generation_tokens_total=0, offload_store_bytes_total=0.0, offload_load_bytes_total=0.0)
+        self._stats = SimpleNamespace(generation_tokens_total=0, offload_store_bytes_total=0.0, offload_load_bytes_total=0.0,
+                                      resume_lookups_total=0, resume_lookup_tokens_total=0, resume_prefix_hits_total=0)
 
     def stats(self) -> SimpleNamespace:
         return SimpleNamespace(kv_occupancy=0.1, num_running=0, num_waiting=0, num_preemptions_total=0,
