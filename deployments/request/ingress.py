@@ -8,6 +8,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request
@@ -425,7 +426,8 @@ class Ingress:
         deadline = Deadline.of(policy.server, cold_start=cold, client=client)
         dispatched = time.monotonic()
         try:
-            first, stream = await call_tier(self.tiers[decision.tier], decision.tier, tier_request, parsed.stream, deadline)
+            first, stream = await call_tier(self.tiers[decision.tier], decision.tier, tier_request, parsed.stream, deadline,
+                                            partial(self._view.engine_died, decision.tier))
         except oa.APIError as err:  # the prompt is too long (400), or the tier passed its deadline (504)
             self.metrics.requests.labels(decision.tier, "client_error" if err.status < 500 else "timeout").inc()
             raise

@@ -34,9 +34,21 @@ class RoutingView:
     """Latest stats by tier and replica id, as the board last gave them (also what /metrics reports)."""
     read_at: float | None = None
     """time.monotonic() of the last successful read; None before the first."""
+    dead: set[str] = field(default_factory=set)
+    """Replicas whose engine a tier call found dead: left out of the view even while the board still lists them."""
 
     def update(self, stats: dict[str, dict[str, ReplicaStats]], now: float) -> None:
-        self.stats, self.read_at = stats, now
+        listed = {replica for replicas in stats.values() for replica in replicas}
+        self.dead &= listed  # once the board has dropped a dead replica, its id need not be kept
+        self.stats = {tier: {r: s for r, s in replicas.items() if r not in self.dead} for tier, replicas in stats.items()}
+        self.read_at = now
+
+    def engine_died(self, tier: str, replica: str) -> bool:
+        """A call found `replica`'s engine dead: route nothing more to it. Whether the tier has another live replica
+        (worth retrying the call on)."""
+        self.dead.add(replica)
+        self.stats.get(tier, {}).pop(replica, None)
+        return bool(self.stats.get(tier))
 
     def fresh(self, now: float) -> bool:
         return self.read_at is not None and now - self.read_at <= self.max_age_s

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, TypeVar, cast
 from ray.serve.handle import DeploymentHandle, DeploymentResponse, DeploymentResponseGenerator
 
 from thinktier.deployments.request.openai_api import APIError
-from thinktier.deployments.tier.protocol import PromptTooLong, TierChunk, TierRequest
+from thinktier.deployments.tier.protocol import EngineDead, PromptTooLong, TierChunk, TierRequest
 from thinktier.policies.schema import Server
 
 if TYPE_CHECKING:
@@ -138,11 +138,14 @@ async def call_once(
 
 
 async def call_tier(
-    handle: DeploymentHandle[TierReplica], tier: str, request: TierRequest, streaming: bool, deadline: Deadline
+    handle: DeploymentHandle[TierReplica], tier: str, request: TierRequest, streaming: bool, deadline: Deadline,
+    engine_died: Callable[[str], bool] = lambda replica: True,
 ) -> tuple[TierChunk, TierStream | None]:
     """`call_once`, tried again once when the tier fails; each attempt has its own engine request id (the engine keys
     requests and aborts by it). A prompt too long is the client's 400 and a deadline passed is a 504: neither is
-    retried. TierFailed when every attempt failed."""
+    retried. A replica whose engine is dead is named to `engine_died`, which says whether the tier has another live
+    replica to retry on: with none, a retry would wait in Serve's queue for the replica that replaces it. TierFailed when
+    every attempt failed."""
     failures: list[Exception] = []
     for attempt in range(1, ATTEMPTS + 1):
         attempt_request = replace(request, request_id=f"{request.request_id}.{uuid.uuid4().hex[:12]}")
@@ -158,4 +161,7 @@ async def call_tier(
             logger.warning("request %s: tier %s failed (attempt %d of %d): %s", request.request_id, tier, attempt,
                            ATTEMPTS, cause(exc))
             failures.append(exc)
+            dead = cause(exc)
+            if isinstance(dead, EngineDead) and not engine_died(dead.replica):
+                raise TierFailed(f"tier {tier!r} has no live replica: {dead}") from exc
     raise TierFailed(f"tier {tier!r} failed the request {ATTEMPTS} times: {cause(failures[-1])}") from failures[-1]

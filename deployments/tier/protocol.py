@@ -22,6 +22,18 @@ class PromptTooLong(ValueError):
     """The rendered prompt is longer than the tier accepts (a client error)."""
 
 
+class EngineDead(RuntimeError):
+    """The replica's vLLM engine is dead (Serve replaces the replica); carries the replica's id so that the Ingress
+    routes nothing more to it."""
+
+    def __init__(self, replica: str) -> None:
+        super().__init__(replica)  # the id alone in args: Ray pickles the exception back to the caller
+        self.replica = replica
+
+    def __str__(self) -> str:
+        return f"the vLLM engine of replica {self.replica} is dead"
+
+
 @dataclass(frozen=True)
 class TierRequest:
     """One decode job for a tier, with the budgets the router decided."""

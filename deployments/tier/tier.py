@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING
 
 from ray import serve
@@ -13,7 +14,7 @@ from ray.serve.handle import DeploymentHandle
 from thinktier.deployments.serve_options import DRAIN_POLL_S, ServeOptions
 from thinktier.deployments.tier.coalesce import coalesce
 from thinktier.deployments.tier.engine import GIB, TierEngine, engine_env
-from thinktier.deployments.tier.protocol import HEARTBEAT_S, TierChunk, TierRequest, collect
+from thinktier.deployments.tier.protocol import HEARTBEAT_S, EngineDead, TierChunk, TierRequest, collect
 from thinktier.deployments.tier.queued import while_queued
 from thinktier.deployments.tier.self_consistency import Embed
 from thinktier.policies.schema import Policy, Tier
@@ -21,6 +22,11 @@ from thinktier.policies.schema import Policy, Tier
 if TYPE_CHECKING:
     from thinktier.deployments.classifier.classifier import DifficultyClassifier
     from thinktier.deployments.request.load_board import LoadBoard
+
+
+LEAVE_BOARD_INTERVALS = 3
+"""Stats intervals between a dead engine's replica leaving the load board and failing its health check: the Ingresses
+read the board every interval."""
 
 
 def tier_deployment_name(tier: str) -> str:
@@ -77,6 +83,8 @@ class TierReplica:
         self._stream_interval_s = stream_interval_s
         self._board = board
         self._interval_s = tier.autoscaling.metrics_interval_s
+        self._left_board_at: float | None = None
+        """time.monotonic() when the replica, its engine dead, left the load board."""
         try:
             self._replica = serve.get_replica_context().replica_id.unique_id
             await self.engine.warmup()  # the replica counts as started (and the tier as ready) once it has decoded
@@ -97,30 +105,47 @@ class TierReplica:
             await asyncio.sleep(self._interval_s)
         with contextlib.suppress(Exception):  # else the board drops it once its last report is stale
             await asyncio.wait_for(self._board.forget.remote(self.name, self._replica), self._interval_s)
+        self._left_board_at = time.monotonic()
 
     def _engine_dead(self) -> bool:
         """vLLM's liveness: its engine core process is gone or its output loop failed."""
         return self.engine.engine.errored
 
     async def check_health(self) -> None:
-        """Serve calls this every health_check_period_s; raising marks the replica unhealthy and Serve replaces it."""
-        if self._engine_dead():
+        """Serve calls this every health_check_period_s; raising marks the replica unhealthy and Serve replaces it.
+        A dead engine's replica first leaves the load board and stays a few stats intervals more, so that the Ingresses
+        have read the board without it before Serve takes it out: a request that Serve routed to a tier with no replica
+        would wait for the new one, where the Ingress, knowing the tier down, fails it over to the chat tier."""
+        left = self._left_board_at
+        if left is not None and time.monotonic() - left >= LEAVE_BOARD_INTERVALS * self._interval_s:
             raise RuntimeError(f"tier {self.name!r}: the vLLM engine of replica {self._replica} is dead")
 
     async def generate(self, request: TierRequest) -> AsyncIterator[TierChunk]:
         """The request's chunks, coalesced; while it waits in a busy engine's queue, heartbeats (deployments/tier/queued.py)."""
         first = True
         queued = while_queued(self.engine.generate(request), lambda: self.engine.producing(HEARTBEAT_S), HEARTBEAT_S)
-        async for chunk in coalesce(queued, self._stream_interval_s):
-            if first:
-                chunk.replica, first = self._replica, False
-            yield chunk
+        with self._dead_engine_named():
+            async for chunk in coalesce(queued, self._stream_interval_s):
+                if first:
+                    chunk.replica, first = self._replica, False
+                yield chunk
 
     async def generate_all(self, request: TierRequest) -> TierChunk:
         """The whole completion in one reply (non-streaming clients: one RPC instead of one per step)."""
-        whole = await collect(self.engine.generate(request))
+        with self._dead_engine_named():
+            whole = await collect(self.engine.generate(request))
         whole.replica = self._replica
         return whole
+
+    @contextlib.contextmanager
+    def _dead_engine_named(self) -> Iterator[None]:
+        """A request that fails because the engine is dead fails with EngineDead, which names this replica."""
+        try:
+            yield
+        except Exception as exc:
+            if self._engine_dead():
+                raise EngineDead(self._replica) from exc
+            raise
 
     async def record_autoscaling_stats(self) -> dict[str, float]:
         """Async, so Serve runs it on the replica's event loop, between the steps of the requests that add and remove

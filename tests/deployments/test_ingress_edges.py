@@ -158,6 +158,18 @@ def test_a_stale_view_gives_no_load_and_no_tier_down() -> None:
     assert view.loads(111.0) == {} and not view.down("chat", 111.0)  # 11 s old: stale
 
 
+def test_a_replica_found_dead_leaves_the_view_until_the_board_drops_it_too() -> None:
+    view = RoutingView(max_age_s=10)
+    two = {"reasoning": {"r1": ReplicaStats(), "r2": ReplicaStats()}, "chat": {"c1": ReplicaStats()}}
+    view.update(two, now=100.0)
+    assert view.engine_died("reasoning", "r1")  # r2 lives: a retry may go there
+    assert not view.engine_died("reasoning", "r2") and view.down("reasoning", 100.5)  # the last one: fail over
+    view.update(two, now=101.0)  # the board has not heard yet: the dead stay out
+    assert view.down("reasoning", 101.0) and len(view.loads(101.0)["chat"].replicas) == 1
+    view.update({"reasoning": {"r3": ReplicaStats()}, "chat": {}}, now=102.0)  # replaced
+    assert not view.down("reasoning", 102.0) and view.dead == set()
+
+
 def test_the_view_is_stale_after_as_long_as_the_board_keeps_a_report() -> None:
     policy = load_policy()
     longest = max(t.autoscaling.metrics_interval_s for t in policy.tiers.values())

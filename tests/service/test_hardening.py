@@ -4,6 +4,7 @@ anonymous access under a policy with tenants, a dead engine's replica leaving th
 from __future__ import annotations
 
 import asyncio
+import pickle
 import time
 from typing import Any
 
@@ -15,7 +16,7 @@ from thinktier.deployments.request.load_board import LoadBoard
 from thinktier.deployments.request.openai_api import APIError
 from thinktier.deployments.request.routing import decide, failover
 from thinktier.deployments.request.tier_call import ClientLimit, Deadline, TierFailed, call_tier
-from thinktier.deployments.tier.protocol import PromptTooLong, TierChunk, TierRequest
+from thinktier.deployments.tier.protocol import EngineDead, PromptTooLong, TierChunk, TierRequest
 from thinktier.policies.loader import PolicyError, parse_policy
 
 BASE = """
@@ -101,6 +102,23 @@ def test_a_tier_that_fails_twice_is_a_tier_failure_and_a_long_prompt_is_not_retr
     with pytest.raises(APIError) as err:
         call(handle)
     assert (err.value.status, err.value.body["error"]["code"], len(handle.calls)) == (400, "context_length_exceeded", 1)
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_a_dead_engine_is_retried_only_where_its_tier_has_another_live_replica(streaming: bool) -> None:
+    named: list[str] = []
+
+    def engine_died(replica: str) -> bool:
+        named.append(replica)
+        return replica == "r1"  # r1's tier has another replica; r2 was the last one
+
+    deadline = Deadline(60, time.monotonic() + 600)
+    handle = Handle(EngineDead("r1"), DONE)
+    assert asyncio.run(call_tier(handle, "reasoning", REQUEST, streaming, deadline, engine_died))[0] is DONE
+    handle = Handle(EngineDead("r2"), DONE)
+    with pytest.raises(TierFailed, match="'reasoning' has no live replica: the vLLM engine of replica r2 is dead"):
+        asyncio.run(call_tier(handle, "reasoning", REQUEST, streaming, deadline, engine_died))
+    assert len(handle.calls) == 1 and named == ["r1", "r2"]  # no retry to wait in Serve's queue for r2's replacement
 
 
 @pytest.mark.parametrize(("streaming", "idle_s", "total_s"), [(True, 0.2, 600), (False, 600, 0.2)])
@@ -217,9 +235,9 @@ def test_a_dead_engines_replica_leaves_the_board_at_once() -> None:
     assert asyncio.run(report_then_forget()) == {"reasoning": {}}
 
 
-def test_a_tier_replica_with_a_dead_engine_fails_its_health_check_and_stops_reporting() -> None:
+def test_a_tier_replica_with_a_dead_engine_leaves_the_board_then_fails_its_health_check_and_names_itself() -> None:
     from thinktier.deployments.tier.replica_stats import ReplicaStats
-    from thinktier.deployments.tier.tier import TierReplica
+    from thinktier.deployments.tier.tier import LEAVE_BOARD_INTERVALS, TierReplica
 
     class Engine:
         errored = False
@@ -244,13 +262,23 @@ def test_a_tier_replica_with_a_dead_engine_fails_its_health_check_and_stops_repo
     board = type("Board", (), {"report": Remote(log, "report"), "forget": Remote(log, "forget")})()
     replica = object.__new__(TierReplica)
     replica.name, replica.engine, replica._board, replica._replica, replica._interval_s = "reasoning", Tier(), board, "r1", 0.01
+    replica._left_board_at = None
+
+    async def failed_request() -> None:
+        raise ConnectionError("the engine core's socket closed")
 
     async def run() -> None:
         await replica.check_health()  # alive: passes
         reporter = replica._reporter = asyncio.ensure_future(replica._report_forever())
         await asyncio.sleep(0.05)
         Engine.errored = True
+        await replica.check_health()  # dead, but still on the board: Serve must not take it out before the Ingresses know
+        with pytest.raises(EngineDead, match="engine of replica r1 is dead") as dead, replica._dead_engine_named():
+            await failed_request()
+        assert dead.value.replica == "r1" and pickle.loads(pickle.dumps(dead.value)).replica == "r1"  # as Ray sends it
         await asyncio.wait_for(reporter, 2)  # the loop ends on its own
+        await replica.check_health()  # just left the board: the Ingresses read it within an interval
+        await asyncio.sleep(LEAVE_BOARD_INTERVALS * 0.01)
         with pytest.raises(RuntimeError, match="engine of replica r1 is dead"):
             await replica.check_health()
 
