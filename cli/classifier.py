@@ -196,6 +196,14 @@ def _add_recipe_arguments(parser: argparse.ArgumentParser) -> None:
         "never answered with thinking off (0: no rule, as up to difficulty-v5; default: %(default)s).",
     )
     parser.add_argument(
+        "--fast-agreement",
+        type=float,
+        default=DEFAULTS.fast_agreement,
+        help="Fit a fast head on the features after the embedding, deciding alone the prompts it is sure of, from the "
+        "lowest confidence whose decisions land in the whole head's routing band on at least this share of the training "
+        "rows out of fold (0: no fast head, as up to difficulty-v7; default: %(default)s).",
+    )
+    parser.add_argument(
         "--weight-decay", type=float, default=DEFAULTS.weight_decay, help="L2 penalty of the head (default: %(default)s)."
     )
 
@@ -248,6 +256,7 @@ def _config(args: argparse.Namespace) -> TrainingConfig:
         written_prompts_2=args.written_prompts_2,
         reasoner_per_class=args.reasoner_per_class,
         chat_confidence=args.chat_confidence or None,
+        fast_agreement=args.fast_agreement or None,
         cv_folds=args.cv_folds,
     )
 

@@ -197,11 +197,18 @@ class UseCharGrams:
         return torch.nn.functional.normalize(torch.stack(rows), dim=-1) if rows else torch.zeros(0, USE_DIM)
 
     def _one(self, text: str) -> np.ndarray:
-        embedding = np.asarray(self.encoder.encode([text])[0], dtype=np.float32)
+        return np.concatenate([self.embedding(text), self.cheap(text)])
+
+    def embedding(self, text: str) -> np.ndarray:
+        """The encoder's embedding of `text`: the first USE_DIM features, and most of their cost."""
+        return np.asarray(self.encoder.encode([text])[0], dtype=np.float32)
+
+    def cheap(self, text: str) -> np.ndarray:
+        """The features after the embedding: n-grams, length and structure (a fraction of a millisecond)."""
         spec = self.spec
         length = spec.length_weight * math.log(max(1, len(text))) / math.log(LENGTH_SCALE_CHARS)
         grams = spec.ngram_weight * char_grams(text, spec.ngram_max, spec.ngram_buckets)
-        blocks: list[np.ndarray] = [embedding, grams, np.array([length], dtype=np.float32)]
+        blocks: list[np.ndarray] = [grams, np.array([length], dtype=np.float32)]
         if self._structure:
             standardised = (self.raw_structure(text) - self._structure_mean) / self._structure_scale
             blocks.append(spec.structure_weight * standardised)
@@ -238,13 +245,32 @@ class Head:
         return torch.softmax(features @ self.weight.T + self.bias, dim=-1)
 
 
-class DifficultyModel:
-    """Scores prompts: embed, apply the head, fold the probabilities into a score in [0, 1]."""
+@dataclass(frozen=True)
+class FastHead:
+    """The cheap first stage (ArtifactManifest.fast_head): a head on UseCharGrams.cheap's features, trusted alone where
+    it is sure, by its own confidence for each direction (a chat decision takes the thinking away, so it needs more)."""
 
-    def __init__(self, manifest: ArtifactManifest, head: Head, embedder: Features) -> None:
+    head: Head
+    confidence_reasoning: float
+    confidence_chat: float
+
+    def sure(self, cheap: torch.Tensor) -> torch.Tensor | None:
+        """The probabilities of one prompt's cheap features (shape (1, cheap dim)), or None when it is unsure."""
+        probabilities = self.head.probabilities(cheap)
+        top, predicted = probabilities.max(dim=-1)
+        chat = int(predicted) == HEAD_CLASSES.index("chat")
+        return probabilities if float(top) >= (self.confidence_chat if chat else self.confidence_reasoning) else None
+
+
+class DifficultyModel:
+    """Scores prompts: embed, apply the head, fold the probabilities into a score in [0, 1]. With a fast head, a prompt
+    it is sure of skips the embedding."""
+
+    def __init__(self, manifest: ArtifactManifest, head: Head, embedder: Features, fast: FastHead | None = None) -> None:
         self.manifest = manifest
         self.head = head
         self.embedder = embedder
+        self.fast = fast if isinstance(embedder, UseCharGrams) else None
         if manifest.classes != HEAD_CLASSES:
             raise RuntimeError(f"artifact {manifest.version} has head classes {manifest.classes}, expected {HEAD_CLASSES}")
         self._anchors = torch.tensor([manifest.score_anchors[c] for c in manifest.classes])
@@ -271,7 +297,15 @@ class DifficultyModel:
         expected = (len(manifest.classes), embedder.dim)
         if tuple(head.weight.shape) != expected:
             raise RuntimeError(f"{weights_path}: head weight has shape {tuple(head.weight.shape)}, expected {expected}")
-        return cls(manifest, head, embedder)
+        fast = None
+        if manifest.fast_head is not None:
+            gate = manifest.fast_head
+            fast_head = Head(weight=tensors["fast_weight"], bias=tensors["fast_bias"])
+            fast = FastHead(fast_head, gate.confidence_reasoning, gate.confidence_chat)
+            cheap = (len(manifest.classes), embedder.dim - USE_DIM)
+            if tuple(fast.head.weight.shape) != cheap:
+                raise RuntimeError(f"{weights_path}: fast head has shape {tuple(fast.head.weight.shape)}, expected {cheap}")
+        return cls(manifest, head, embedder, fast)
 
     @property
     def version(self) -> str:
@@ -279,10 +313,31 @@ class DifficultyModel:
 
     def head_probabilities(self, prompts: Sequence[str]) -> torch.Tensor:
         """Probabilities over the head classes, shape (len(prompts), len(classes))."""
-        return self.head.probabilities(self.embedder.features(prompts))
+        return self.probabilities_and_stage(prompts)[0]
+
+    def probabilities_and_stage(self, prompts: Sequence[str]) -> tuple[torch.Tensor, list[bool]]:
+        """`head_probabilities`, and for each prompt whether the fast head decided it alone."""
+        if self.fast is None:
+            return self.head.probabilities(self.embedder.features(prompts)), [False] * len(prompts)
+        assert isinstance(self.embedder, UseCharGrams)  # a fast head is only kept beside these features (__init__)
+        rows: list[torch.Tensor] = []
+        fast: list[bool] = []
+        for text in prompts:
+            cheap = torch.from_numpy(self.embedder.cheap(text))[None]
+            sure = self.fast.sure(cheap)
+            fast.append(sure is not None)
+            if sure is None:
+                sure = self.head.probabilities(torch.cat([torch.from_numpy(self.embedder.embedding(text))[None], cheap], 1))
+            rows.append(sure)
+        return (torch.cat(rows) if rows else torch.zeros(0, len(self.manifest.classes))), fast
 
     def scores(self, probabilities: torch.Tensor) -> torch.Tensor:
         return fold_scores(probabilities, self._anchors, self.manifest.chat_confidence)
+
+    def warm_up(self) -> None:
+        """Run both stages once: the encoder builds on its first call, and a fast head may spare it a short prompt."""
+        self.head.probabilities(self.embedder.features(["warm-up"]))
+        self.score_batch(["warm-up"])
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         """The embedder's L2-normalised sentence embeddings (self-consistency compares free-text answers by them)."""
@@ -291,12 +346,13 @@ class DifficultyModel:
     def score_batch(self, prompts: list[str]) -> list[DifficultyScore]:
         if not prompts:
             return []
-        probabilities = self.head_probabilities(prompts)
+        probabilities, fast = self.probabilities_and_stage(prompts)
         scores = self.scores(probabilities).tolist()
         results = []
-        for row, score in zip(probabilities.tolist(), scores, strict=True):
+        for row, score, decided in zip(probabilities.tolist(), scores, fast, strict=True):
             public: dict[DifficultyClass, float] = {"easy": 0.0, "medium": 0.0, "hard": 0.0}
             for head_class, p in zip(self.manifest.classes, row, strict=True):
                 public[PUBLIC_CLASS[head_class]] += p
-            results.append(DifficultyScore(score=min(1.0, max(0.0, score)), probs=public, model_version=self.version))
+            results.append(DifficultyScore(score=min(1.0, max(0.0, score)), probs=public, model_version=self.version,
+                                           stage="fast" if decided else "whole"))
         return results

@@ -19,18 +19,17 @@ BUILTIN_PREFIX = "builtin:"
 # Multilingual; the policy's default (policies/schema/routing.py Classifier.artifact): difficulty-v6's recipe (v5's
 # features with less weight on length and a structure block, the uncertainty rule), fitted on hand-written long chat,
 # terse hard and code prompts in thirteen languages, MATH graded by level and the project reasoner's problems labelled
-# by the steps they need (issue 33: it predicts the reasoning a prompt needs, not its length or its source's style).
-DEFAULT_ARTIFACT = "builtin:difficulty-v7"
+# by the steps they need (issue 33: it predicts the reasoning a prompt needs, not its length or its source's style);
+# difficulty-v8 is difficulty-v7 with a fast head that scores the prompts it is sure of without the embedding.
+DEFAULT_ARTIFACT = "builtin:difficulty-v8"
 # What `thinktier classifier bench` measures the default beside: first the English-only difficulty-v1 (the aims compare
-# English with it), then difficulty-v6 (the default before), difficulty-v5 (the default before that), difficulty-v3
-# (trained on rows as written only) and difficulty-v4 (v3 plus a structure block: better over the training folds,
-# worse on the held-out split, so never the default).
+# English with it), then difficulty-v7 (the same whole head, every prompt embedded), difficulty-v6 and difficulty-v5
+# (the defaults before). difficulty-v3 and -v4 are shipped still (`--baselines` takes them).
 BASELINE_ARTIFACTS = (
     "builtin:difficulty-v1",
+    "builtin:difficulty-v7",
     "builtin:difficulty-v6",
     "builtin:difficulty-v5",
-    "builtin:difficulty-v3",
-    "builtin:difficulty-v4",
 )
 
 HeadClass = Literal["chat", "easy", "medium", "hard"]
@@ -142,6 +141,26 @@ class Provenance(Frozen):
     )
 
 
+class FastHeadSpec(Frozen):
+    """The cheap first stage (difficulty-v8 on): a head on the features after the embedding (hashed n-grams, length,
+    structure: about 0.3 ms of one core against several ms for the embedding). A prompt it is sure of is scored from
+    it alone; the rest go through the whole head. Its weights are `fast_weight` and `fast_bias` in the safetensors.
+    Both confidences were chosen out of fold on the training rows (training/classifier/fast_head.py)."""
+
+    confidence_reasoning: float = Field(
+        gt=0, le=1, description="It decides alone a prompt it puts in a reasoning class (easy, medium, hard) with at "
+        "least this probability: the lowest at which such decisions landed in the whole head's routing band (chat, low, "
+        "medium, high under the default thresholds) at least `agreement` of the time.",
+    )
+    confidence_chat: float = Field(
+        gt=0, le=1, description="It decides alone a prompt it puts in the chat class with at least this probability: the "
+        "lowest at which none of those landed in the chat band where the whole head keeps it off.",
+    )
+    agreement: float = Field(ge=0, le=1, description="The agreement `confidence_reasoning` was chosen for.")
+    decided: float = Field(ge=0, le=1, description="Share of the training rows it decided alone out of fold.")
+    agreed: float = Field(ge=0, le=1, description="Share of those that landed in the whole head's band, out of fold.")
+
+
 class ArtifactManifest(Frozen):
     """The JSON half of an artifact; the weights sit beside it in `<version>.safetensors`."""
 
@@ -164,6 +183,7 @@ class ArtifactManifest(Frozen):
     cross_validation: CrossValidation | None = Field(None, description="Fold-by-fold figures (not run for difficulty-v1).")
     suggested_thresholds: dict[str, float] = Field(description="Score cut points that best separate the held-out classes.")
     provenance: Provenance
+    fast_head: FastHeadSpec | None = Field(None, description="The cheap first stage; None: every prompt is embedded.")
 
 
 def artifact_paths(artifact: str) -> tuple[Path, Path]:

@@ -25,7 +25,7 @@ def _load(artifact: str) -> DifficultyModel:
     from thinktier.deployments.classifier.difficulty import DifficultyModel
 
     model = DifficultyModel.load(artifact)
-    model.score_batch(["warm-up"])  # the encoder builds on its first call (about a second): not on a user's request
+    model.warm_up()  # the encoder builds on its first call (about a second): not on a user's request
     return model
 
 

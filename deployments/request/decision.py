@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from thinktier.policies.schema import DifficultyClass, Effort
 
@@ -16,6 +17,9 @@ class DifficultyScore:
     score: float
     probs: dict[DifficultyClass, float]
     model_version: str
+    stage: Literal["fast", "whole"] = "whole"
+    """Which head scored it: the fast one alone (no embedding; the prompt was clear from how it is written) or the whole
+    one (deployments/classifier/difficulty.py)."""
 
     @property
     def label(self) -> DifficultyClass:

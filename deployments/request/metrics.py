@@ -119,9 +119,10 @@ class ServiceMetrics:
             "(batching and the call included).", buckets=CLASSIFIER_BUCKETS, registry=r,
         )
         self.classifier_decisions = Counter(
-            f"{PREFIX}classifier_decisions", "Prompts scored by the difficulty classifier, by the class it gave and the "
-            "prompt's writing system (deployments/request/scripts_of_text.py: latin, han, japanese, arabic, ...).",
-            ["difficulty", "script"], registry=r,
+            f"{PREFIX}classifier_decisions", "Prompts scored by the difficulty classifier, by the class it gave, the "
+            "prompt's writing system (deployments/request/scripts_of_text.py: latin, han, japanese, arabic, ...) and the "
+            "head that scored it (fast: without the embedding; whole).",
+            ["difficulty", "script", "stage"], registry=r,
         )
         self.ttft = Histogram(
             f"{PREFIX}time_to_first_token_seconds", "Time to the first token (thinking or answer).", LATENCY_LABELS,

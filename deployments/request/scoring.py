@@ -52,5 +52,5 @@ async def difficulty_of(score: Scorer, prompt: str, timeout_s: float, metrics: S
         return None
     metrics.classifier_latency.observe(time.monotonic() - started)
     if difficulty is not None:
-        metrics.classifier_decisions.labels(difficulty.label, script_of(prompt)).inc()
+        metrics.classifier_decisions.labels(difficulty.label, script_of(prompt), difficulty.stage).inc()
     return difficulty

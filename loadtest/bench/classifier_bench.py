@@ -75,6 +75,7 @@ class QualityRow:
     hard_budget: float  # share of hard rows scored at or above the default high threshold: given the hard budget
     hard_to_chat: int  # hard rows scored below the default reasoning threshold: sent to the chat tier, thinking off
     mean_score: dict[str, float]  # per head class, the mean score of its rows (NaN: none)
+    decided_fast: float  # share of the rows the model's fast head scored alone, without the embedding (0: no fast head)
 
 
 @dataclass(frozen=True)
@@ -169,7 +170,9 @@ def quality(model: DifficultyModel, slices: dict[str, list[HeldOutRow]]) -> list
     """Quality of `model` on each named set of rows; every distinct prompt is scored once."""
     texts = sorted({r.text for rows in slices.values() for r in rows})
     chunks = [texts[i : i + 64] for i in range(0, len(texts), 64)]
-    probabilities = torch.cat([model.head_probabilities(chunk) for chunk in tqdm(chunks, desc=model.version, leave=False)])
+    staged = [model.probabilities_and_stage(chunk) for chunk in tqdm(chunks, desc=model.version, leave=False)]
+    probabilities = torch.cat([p for p, _ in staged])
+    fast = torch.tensor([f for _, stages in staged for f in stages], dtype=torch.bool)
     index = {text: i for i, text in enumerate(texts)}
     thresholds = Thresholds()
     out: list[QualityRow] = []
@@ -190,6 +193,7 @@ def quality(model: DifficultyModel, slices: dict[str, list[HeldOutRow]]) -> list
                 hard_budget=round(float((s[hard] >= thresholds.high).float().mean()), 4),
                 hard_to_chat=int((s[hard] < thresholds.reasoning).sum()),
                 mean_score={c: round(float(s[y == i].mean()), 4) for i, c in enumerate(HEAD_CLASSES)},
+                decided_fast=round(float(fast[at].float().mean()), 4),
             )
         )
     return out
@@ -340,8 +344,9 @@ def write_results(
         f"scored below its reasoning threshold (chat tier, thinking off). `{REASONER_SLICE}*`: the reasoner's problems, "
         "below.",
         "",
-        "| slice | rows | AUC hard-vs-rest | chat recall | hard budget | hard to chat | chat | easy | medium | hard |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| slice | rows | AUC hard-vs-rest | chat recall | hard budget | hard to chat | chat | easy | medium | hard "
+        "| decided fast |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     by_model = {(q.model, q.slice): q for q in result.quality}
     for q in (q for q in result.quality if q.model == result.model):
@@ -350,9 +355,10 @@ def write_results(
         lines.append(
             f"| {q.slice} | {q.rows} | {_cell([r.hard_vs_rest_roc_auc for r in rows], 3)} "
             f"| {_cell([r.chat_recall for r in rows], 3)} | {_cell([r.hard_budget for r in rows], 2)} "
-            f"| {_cell([r.hard_to_chat for r in rows], 0)} | {recalls} |"
+            f"| {_cell([r.hard_to_chat for r in rows], 0)} | {recalls} | {_cell([r.decided_fast for r in rows], 2)} |"
         )
-    lines += ["", f"Each cell: {result.model} ({others} in brackets)."]
+    lines += ["", f"Each cell: {result.model} ({others} in brackets). Decided fast: share of the rows the fast head "
+              "scored alone, without the embedding (0: no fast head)."]
     lines += [
         "",
         f"## The reasoner's problems: mean score per class (`{REASONER_SLICE}*`)",

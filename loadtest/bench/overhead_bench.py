@@ -29,7 +29,19 @@ from thinktier.policies.loader import load_policy, write_policy_variant
 
 ClassifierChoice = Literal["off", "deployment", "ingress"]
 """The difficulty classifier off, or on and scoring in its deployment or in the Ingress."""
-PROMPT = "what is the sum of 17 and 25"
+PROMPTS = (
+    "what is the sum of 17 and 25",
+    "hi! how's it going?",
+    "Can you suggest a name for my new bakery? It sells mostly sourdough and pastries.",
+    "Prove that there are infinitely many primes.",
+    "¿Cuál es la capital de Australia?",
+    "My Python script raises KeyError: 'id' when it reads the JSON file. How do I fix it?",
+    "Find all real x such that x^4 - 5x^2 + 4 = 0.",
+    "请帮我把这句话翻译成英文：今天天气很好。",  # noqa: RUF001 (full-width punctuation, as Chinese is written)
+)
+"""Request i asks PROMPTS[i % 8], on both paths: chat, sums, proofs and code in several languages, as a service sees
+them, so that the classifier's cost is measured over prompts it finds easy and hard to place (one prompt repeated
+would measure one of its paths only)."""
 
 
 @dataclass(frozen=True)
@@ -70,7 +82,7 @@ def _request(i: int, answer_tokens: int) -> TierRequest:
         answer_tokens=answer_tokens,
         temperature=0.0,
         seed=max(i, 0),
-        messages=({"role": "user", "content": PROMPT},),
+        messages=({"role": "user", "content": PROMPTS[i % len(PROMPTS)]},),
     )
 
 
@@ -85,7 +97,7 @@ async def _direct_once(engine: TierEngine, i: int, answer_tokens: int) -> tuple[
 
 
 async def _service_once(client: httpx.AsyncClient, model: str, i: int, answer_tokens: int) -> tuple[float, float]:
-    body = {"model": model, "messages": [{"role": "user", "content": PROMPT}], "max_tokens": answer_tokens,
+    body = {"model": model, "messages": [{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}], "max_tokens": answer_tokens,
             "temperature": 0.0, "seed": i}
     start = time.perf_counter()
     (await client.post("/v1/chat/completions", json=body)).raise_for_status()
@@ -173,7 +185,8 @@ def write(result: OverheadResult, policy_path: str, out_dir: Path, classifier: C
     lines = [
         "# Serving overhead: thinktier (HTTP, ingress, router, tier replica) vs the engine called directly",
         "",
-        f"`{data['command']}`: {result.requests} alternating request pairs, {result.answer_tokens} answer tokens, same seeds.",
+        f"`{data['command']}`: {result.requests} alternating request pairs, {result.answer_tokens} answer tokens, same seeds, "
+        f"the same {len(PROMPTS)} prompts in turn (loadtest/bench/overhead_bench.py PROMPTS).",
         "",
         "| latency per request | direct median | direct p99 | thinktier median | thinktier p99 | added median | added p99 |",
         "|---|---|---|---|---|---|---|",

@@ -120,7 +120,7 @@ def _exported_metric_names() -> set[str]:
     metrics.degraded.labels("budget").inc()
     metrics.budget_forced.labels("reasoning").inc()
     metrics.classifier_latency.observe(0.004)
-    metrics.classifier_decisions.labels("easy", "han").inc()
+    metrics.classifier_decisions.labels("easy", "han", "fast").inc()
     metrics.economy(
         "reasoning",
         Economy(samples=4, samples_aborted=1, votes={"7": 3}, majority=False, early_stop="consensus", tokens_saved=10, probes=2),

@@ -14,7 +14,7 @@ FeatureRecipe = Literal["use-chargrams", "minilm"]
 
 @dataclass(frozen=True)
 class TrainingConfig:
-    version: str = "difficulty-v7"
+    version: str = "difficulty-v8"
     # use-chargrams: multilingual (difficulty-v2, -v3, -v4); minilm: the English-only recipe of difficulty-v1, to compare.
     features: FeatureRecipe = "use-chargrams"
     seed: int = 0
@@ -64,6 +64,12 @@ class TrainingConfig:
     written_prompts_2: bool = True
     reasoner_per_class: int = 20
     chat_confidence: float | None = 0.5
+    # difficulty-v8 (issue 33): v7's recipe and head, with a fast head on the features after the embedding that decides
+    # alone the prompts it is sure of (training/classifier/fast_head.py), so most prompts skip the embedding, the bulk
+    # of the scoring time before every first token. Its confidence is the lowest whose decisions land in the whole
+    # head's routing band on at least this share of the training rows out of fold. None: no fast head
+    # (`--version difficulty-v7 --fast-agreement 0` rebuilds difficulty-v7).
+    fast_agreement: float | None = 0.99
     weight_decay: float = 1e-5
     max_iterations: int = 500
     cv_folds: int = 5

@@ -21,6 +21,7 @@ from safetensors.torch import save_file
 from tqdm import tqdm
 
 from thinktier.deployments.classifier.difficulty import (
+    USE_DIM,
     Features,
     Head,
     UseCharGrams,
@@ -45,6 +46,7 @@ from thinktier.deployments.classifier.difficulty_artifact import (
 from thinktier.deployments.classifier.difficulty_structure import standardiser
 from thinktier.policies.schema import Thresholds
 from thinktier.training.classifier.classifier_config import TrainingConfig
+from thinktier.training.classifier.fast_head import choose_confidence
 from thinktier.training.data.chat_prompts import chat_prompts
 from thinktier.training.data.external_problems import MATH500_PACKAGE
 from thinktier.training.data.math_levels import math_level_problems
@@ -308,6 +310,23 @@ def cross_validate(
     return CrossValidation(folds=config.cv_folds, hard_vs_rest_roc_auc=dict(auc), chat_recall=dict(recall))
 
 
+def out_of_fold(
+    config: TrainingConfig, examples: Sequence[Example], features: torch.Tensor, plain: torch.Tensor, labels: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Whole-head and fast-head probabilities of every row, as written then without LaTeX (stacked), each from the fit
+    of the folds without it (the fast head leaves the embedding's columns out)."""
+    both = torch.cat([features, plain])
+    whole, fast = torch.zeros(len(both), len(HEAD_CLASSES)), torch.zeros(len(both), len(HEAD_CLASSES))
+    for fold in folds(examples, config.cv_folds, config.seed):
+        held = torch.tensor([e.problem_id in fold for e in examples])
+        fit_x, fit_y = fitting_rows(features[~held], plain[~held], labels[~held], config.plain_renderings)
+        rows = torch.cat([held, held])
+        whole[rows] = fit_head(fit_x, fit_y, config.weight_decay, config.max_iterations).probabilities(both[rows])
+        fast_head = fit_head(fit_x[:, USE_DIM:], fit_y, config.weight_decay, config.max_iterations)
+        fast[rows] = fast_head.probabilities(both[rows][:, USE_DIM:])
+    return whole, fast
+
+
 def embedder_spec(config: TrainingConfig, train_texts: Sequence[str]) -> EmbedderSpec:
     """The feature recipe of `config`; a structure block is standardised by the training rows' statistics."""
     if config.features == "minilm":
@@ -398,6 +417,16 @@ def train(config: TrainingConfig, log: Callable[[str], None] = print) -> Artifac
         held_out_reports[name] = report(held_y[mask], probabilities, fold_scores(probabilities, ANCHORS, config.chat_confidence))
     scores = fold_scores(held_probabilities[False], ANCHORS, config.chat_confidence)
     cross_validation = cross_validate(config, examples, all_x, all_plain, all_y, log) if config.cv_folds > 1 else None
+    tensors = {"weight": head.weight.contiguous(), "bias": head.bias.contiguous()}
+    fast_spec = None
+    if config.fast_agreement is not None and isinstance(spec, UseCharGramsSpec):
+        train_rows = ~held_rows
+        whole, fast = out_of_fold(config, train_set, all_x[train_rows], all_plain[train_rows], all_y[train_rows])
+        fast_spec = choose_confidence(whole, fast, ANCHORS, config.chat_confidence, config.fast_agreement)
+        log(f"fast head: {fast_spec or 'no confidence met the agreement; every prompt is embedded'}")
+    if fast_spec is not None:
+        fast_head = fit_head(fit_x[:, USE_DIM:], fit_y, config.weight_decay, config.max_iterations)
+        tensors |= {"fast_weight": fast_head.weight.contiguous(), "fast_bias": fast_head.bias.contiguous()}
 
     held_ids: dict[HeadClass, list[str]] = {c: sorted({e.problem_id for e in held_out if e.label == c}) for c in HEAD_CLASSES}
     train_ids: dict[HeadClass, int] = {c: len({e.problem_id for e in train_set if e.label == c}) for c in HEAD_CLASSES}
@@ -429,10 +458,9 @@ def train(config: TrainingConfig, log: Callable[[str], None] = print) -> Artifac
             written_prompts_2=config.written_prompts_2,
             reasoner_per_class=config.reasoner_per_class,
         ),
+        fast_head=fast_spec,
     )
     config.out_dir.mkdir(parents=True, exist_ok=True)
-    save_file(
-        {"weight": head.weight.contiguous(), "bias": head.bias.contiguous()}, config.out_dir / f"{config.version}.safetensors"
-    )
+    save_file(tensors, config.out_dir / f"{config.version}.safetensors")
     (config.out_dir / f"{config.version}.json").write_text(manifest.model_dump_json(indent=2) + "\n", encoding="utf-8")
     return manifest
