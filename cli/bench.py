@@ -26,7 +26,8 @@ TINY_POLICY = DEFAULT_POLICY.parent / "examples" / "tiny.yaml"
 def _overhead(args: argparse.Namespace) -> int:
     from thinktier.loadtest.bench.overhead_bench import run
 
-    result = run(args.policy, args.tier, args.requests, args.answer_tokens, Path(args.out), args.classifier, args.http_proxy)
+    result = run(args.policy, args.tier, args.requests, args.answer_tokens, Path(args.out), args.classifier, args.http_proxy,
+                 args.classifier_artifact)
     print(f"added by ingress + router, median per request: e2e {result.added_e2e_median_ms:+.1f} ms, "
           f"time to first answer token {result.added_ttft_median_ms:+.1f} ms  (details: {args.out}/overhead.md)")
     return 0
@@ -194,6 +195,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     overhead.add_argument("--classifier", choices=("off", "deployment", "ingress"), default="off",
                           help="the difficulty classifier off (the default: ingress and router alone), or on, scoring in "
                           "its own deployment or in the Ingress's process (routing.classifier.placement)")
+    overhead.add_argument("--classifier-artifact", default=None, metavar="ARTIFACT",
+                          help="score with this classifier artifact, e.g. builtin:difficulty-v7 (default: the policy's own)")
     overhead.add_argument("--http-proxy", choices=("serve", "haproxy"), default=None,
                           help="serve the policy with this server.http_proxy (default: the policy's own)")
     overhead.add_argument("--out", default="loadtest/results", help="output folder (default loadtest/results)")

@@ -129,15 +129,19 @@ async def _interleaved(engine: TierEngine, url: str, model: str, n: int, answer_
     return samples
 
 
-def served_variant(policy_path: str, classifier: ClassifierChoice, http_proxy: str | None) -> str:
+def served_variant(
+    policy_path: str, classifier: ClassifierChoice, http_proxy: str | None, artifact: str | None = None
+) -> str:
     """A copy of the policy with the difficulty classifier off, or on and scoring where `classifier` says
-    (`routing.classifier.placement`), and the front door's `server.http_proxy` when given."""
+    (`routing.classifier.placement`) with `artifact` when given, and the front door's `server.http_proxy` when given."""
 
     def edit(data: dict[str, Any]) -> None:
         config = data.setdefault("routing", {}).setdefault("classifier", {})
         config["enabled"] = classifier != "off"
         if classifier != "off":
             config["placement"] = classifier
+        if artifact is not None:
+            config["artifact"] = artifact
         if http_proxy is not None:
             data.setdefault("server", {})["http_proxy"] = http_proxy
 
@@ -147,10 +151,10 @@ def served_variant(policy_path: str, classifier: ClassifierChoice, http_proxy: s
 
 def run(
     policy_path: str, tier: str, n: int, answer_tokens: int, out_dir: Path, classifier: ClassifierChoice = "off",
-    http_proxy: str | None = None,
+    http_proxy: str | None = None, artifact: str | None = None,
 ) -> OverheadResult:
     out_dir.mkdir(parents=True, exist_ok=True)
-    served_policy = served_variant(policy_path, classifier, http_proxy)
+    served_policy = served_variant(policy_path, classifier, http_proxy, artifact)
     policy = load_policy(served_policy)
     with LocalCluster(served_policy, port=18765, progress=lambda line: print(f"[cluster] {line}", flush=True)) as cluster:
         os.environ.update(engine_env(policy.tiers[tier]))  # the same engine settings as the tier's replica
@@ -163,17 +167,22 @@ def run(
         tier=tier, requests=n, answer_tokens=answer_tokens,
         **{name: Summary.of(values) for name, values in samples.items()},
     )
-    write(result, policy_path, out_dir, classifier, policy.server.http_proxy)
+    write(result, policy_path, out_dir, classifier, policy.server.http_proxy, artifact)
     return result
 
 
-def write(result: OverheadResult, policy_path: str, out_dir: Path, classifier: ClassifierChoice, http_proxy: str) -> None:
-    flag = f" --classifier {classifier} --http-proxy {http_proxy} --out {out_dir}"
+def write(
+    result: OverheadResult, policy_path: str, out_dir: Path, classifier: ClassifierChoice, http_proxy: str,
+    artifact: str | None = None,
+) -> None:
+    chosen = "" if artifact is None else f" --classifier-artifact {artifact}"
+    flag = f" --classifier {classifier}{chosen} --http-proxy {http_proxy} --out {out_dir}"
     data = asdict(result) | {
         "added_e2e_median_ms": result.added_e2e_median_ms,
         "added_ttft_median_ms": result.added_ttft_median_ms,
         "policy": policy_path,
         "classifier": classifier,
+        "classifier_artifact": artifact,
         "http_proxy": http_proxy,
         "command": f"thinktier bench overhead --policy {policy_path} --tier {result.tier} --requests {result.requests}{flag}",
     }
