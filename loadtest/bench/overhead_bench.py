@@ -39,9 +39,9 @@ PROMPTS = (
     "Find all real x such that x^4 - 5x^2 + 4 = 0.",
     "请帮我把这句话翻译成英文：今天天气很好。",  # noqa: RUF001 (full-width punctuation, as Chinese is written)
 )
-"""Request i asks PROMPTS[i % 8], on both paths: chat, sums, proofs and code in several languages, as a service sees
-them, so that the classifier's cost is measured over prompts it finds easy and hard to place (one prompt repeated
-would measure one of its paths only)."""
+"""Chat, sums, proofs and code in several languages, as a service sees them, asked in turn (`_prompt`) on both paths, so
+that the classifier's cost is measured over prompts it finds easy and hard to place (one prompt repeated would measure
+one of its paths only)."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +75,11 @@ class OverheadResult:
         return self.service_ttft.median_ms - self.direct_ttft.median_ms
 
 
+def _prompt(i: int) -> str:
+    """What request pair i asks."""
+    return PROMPTS[i % len(PROMPTS)]
+
+
 def _request(i: int, answer_tokens: int) -> TierRequest:
     return TierRequest(
         request_id=f"bench-{i}",
@@ -82,7 +87,7 @@ def _request(i: int, answer_tokens: int) -> TierRequest:
         answer_tokens=answer_tokens,
         temperature=0.0,
         seed=max(i, 0),
-        messages=({"role": "user", "content": PROMPTS[i % len(PROMPTS)]},),
+        messages=({"role": "user", "content": _prompt(i)},),
     )
 
 
@@ -97,7 +102,7 @@ async def _direct_once(engine: TierEngine, i: int, answer_tokens: int) -> tuple[
 
 
 async def _service_once(client: httpx.AsyncClient, model: str, i: int, answer_tokens: int) -> tuple[float, float]:
-    body = {"model": model, "messages": [{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}], "max_tokens": answer_tokens,
+    body = {"model": model, "messages": [{"role": "user", "content": _prompt(i)}], "max_tokens": answer_tokens,
             "temperature": 0.0, "seed": i}
     start = time.perf_counter()
     (await client.post("/v1/chat/completions", json=body)).raise_for_status()
