@@ -1,7 +1,7 @@
 """The reasoner's GPU steps without the CLI (the GPU image has no Ray, which `thinktier`'s command modules import).
 
     python3 scripts/gpu_reasoner.py train SIZE OUT_DIR [MAX_MINUTES [INIT_FROM LEARNING_RATE]]
-    python3 scripts/gpu_reasoner.py bench SIZE MODEL_DIR OUT_DIR
+    python3 scripts/gpu_reasoner.py bench SIZE MODEL_DIR OUT_DIR [SEED]
     python3 scripts/gpu_reasoner.py bf16 MODEL_DIR     (rewrites the saved weights in bfloat16: half the bytes to carry)
 """
 
@@ -40,7 +40,8 @@ def main(argv: list[str]) -> int:
         return 0
     policy = load_policy_with(GPU_POLICY, [("tiers.reasoning.model", argv[2])])
     settings = BehaviourSettings(per_class=30, budget_per_class=8, vote_per_class=12, concurrency=128,
-                                 budgets=(256, 1024, 2048, 4096, 8192, 11000))
+                                 budgets=(256, 1024, 2048, 4096, 8192, 11000),
+                                 seed=int(argv[4]) if len(argv) > 4 else 0)
     report = run(("reasoning", policy.tiers["reasoning"]), size, settings, Path(argv[3]),
                  f"python3 scripts/gpu_reasoner.py {' '.join(argv)}", f"one {torch.cuda.get_device_name(0)}")
     for aim in report["aims"]:
