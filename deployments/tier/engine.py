@@ -273,7 +273,7 @@ class TierEngine:
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
-        extra = limits.sampler_args(self.tier.engine.thinking_budget_processor, self.thinking_tokens.end_id)
+        extra = limits.sampler_args(self.tier.engine.thinking_budget_processor, self.thinking_tokens)
         return SamplingParams(
             max_tokens=limits.max_tokens,
             min_tokens=1,  # never an empty turn: the first token of a decode is not end-of-sequence

@@ -81,14 +81,17 @@ class DecodeLimits:
     open_len: int = 0
     """Tokens of the section's opening in the prompt."""
 
-    def sampler_args(self, processor: BudgetProcessor, end_id: int | None) -> dict[str, Any]:
-        """SamplingParams keyword arguments that end the section at its budget, for the tier's budget processor."""
-        if self.thinking_tokens is None or end_id is None:
+    def sampler_args(self, processor: BudgetProcessor, tokens: ThinkingTokens) -> dict[str, Any]:
+        """SamplingParams keyword arguments that end the section at its budget, for the tier's budget processor. The
+        project's processor writes the whole close (the end token and a blank line, as the model writes it after a
+        section it ends itself), so that a section cut mid-line still leads into the answer; vLLM's writes the end
+        token alone."""
+        if self.thinking_tokens is None or tokens.end_id is None:
             return {}
         if processor == "vllm":
             # vLLM counts the prompt's tokens after the start token (the newline) towards its budget.
             return {"thinking_token_budget": self.thinking_tokens + self.open_len - 1}
-        return {"extra_args": {THINKING_BUDGET_ARG: {"tokens": self.thinking_tokens, "end_id": end_id}}}
+        return {"extra_args": {THINKING_BUDGET_ARG: {"tokens": self.thinking_tokens, "close_ids": list(tokens.close_ids)}}}
 
 
 def decode_limits(

@@ -71,7 +71,8 @@ class EngineArgs(StrictModel):
     thinking_budget_processor: BudgetProcessor = Field(
         "thinktier",
         description="What ends a thinking section at its budget. 'thinktier': the project's vLLM logits processor, "
-        "which looks at each new token once. 'vllm': vLLM's own thinking_token_budget, which in vLLM 0.24 rescans "
+        "which looks at each new token once and writes the whole close, the end token and the blank line after it, as "
+        "the model does after a section it ends itself. 'vllm': vLLM's own thinking_token_budget, which in vLLM 0.24 rescans "
         "every sequence's whole output on every step (Python, O(output) per sequence and step: milliseconds a step "
         "at GPU batch sizes); kept for comparison.",
     )

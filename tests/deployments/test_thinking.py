@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from thinktier.deployments.tier.thinking import (
+    NO_THINKING,
     THINKING_BUDGET_ARG,
     ReasoningSplitter,
     ThinkingTokens,
@@ -27,11 +28,14 @@ def test_a_thinking_prompt_is_opened_once_and_closed_at_once_with_no_budget() ->
 def test_budgets_become_sampler_limits() -> None:
     thinking = decode_limits(thinking_tokens=100, answer_tokens=50, thinking=True, open_len=2)
     assert thinking.max_tokens == 151  # the end token is one more output token
-    assert thinking.sampler_args("thinktier", 91) == {"extra_args": {THINKING_BUDGET_ARG: {"tokens": 100, "end_id": 91}}}
+    # the project's processor forces the whole close: the end token and the blank line after it
+    assert thinking.sampler_args("thinktier", TOKENS) == {
+        "extra_args": {THINKING_BUDGET_ARG: {"tokens": 100, "close_ids": [91, 10, 10]}}}
     # vLLM counts the prompt's newline after the start token towards its own budget
-    assert thinking.sampler_args("vllm", 91) == {"thinking_token_budget": 101}
+    assert thinking.sampler_args("vllm", TOKENS) == {"thinking_token_budget": 101}
     answer = decode_limits(thinking_tokens=100, answer_tokens=50, thinking=False, open_len=2)
-    assert (answer.max_tokens, answer.sampler_args("thinktier", 91), answer.sampler_args("vllm", 91)) == (50, {}, {})
+    assert (answer.max_tokens, answer.sampler_args("thinktier", TOKENS), answer.sampler_args("vllm", TOKENS)) == (50, {}, {})
+    assert thinking.sampler_args("thinktier", NO_THINKING) == {}
     assert decode_limits(0, 50, False, 2, room=20).max_tokens == 20
 
 

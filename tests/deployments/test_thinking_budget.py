@@ -1,5 +1,6 @@
 """Thinking budgets end the section exactly at the budget: the project's logits processor on its own (batch moves,
-vLLM's async placeholders, a section the model closed itself), and both processors on a real vLLM engine."""
+vLLM's async placeholders, a section the model closed itself, the whole close forced), and both processors on a real
+vLLM engine."""
 
 from __future__ import annotations
 
@@ -19,17 +20,25 @@ from thinktier.policies.loader import load_policy
 from thinktier.policies.schema import BudgetProcessor
 
 END = 7
+BLANK = 9
+"""The blank line the close forces after the end token."""
 VOCAB = 16
 
 
-def budget(tokens: int) -> SamplingParams:
-    return SamplingParams(extra_args={THINKING_BUDGET_ARG: {"tokens": tokens, "end_id": END}})
+def budget(tokens: int, close: tuple[int, ...] = (END,)) -> SamplingParams:
+    return SamplingParams(extra_args={THINKING_BUDGET_ARG: {"tokens": tokens, "close_ids": list(close)}})
+
+
+def forced(processor: ThinkingBudgetProcessor, rows: int) -> dict[int, int]:
+    """The rows whose logits allow one token only, and that token."""
+    logits = processor.apply(torch.zeros(rows, VOCAB))
+    allowed = [torch.nonzero(~torch.isinf(logits[row])).flatten().tolist() for row in range(rows)]
+    return {row: only[0] for row, only in enumerate(allowed) if len(only) == 1}
 
 
 def forced_rows(processor: ThinkingBudgetProcessor, rows: int) -> list[int]:
     """Rows whose logits allow only the end token."""
-    logits = processor.apply(torch.zeros(rows, VOCAB))
-    return [row for row in range(rows) if torch.isinf(logits[row]).sum() == VOCAB - 1 and logits[row, END] == 0]
+    return [row for row, token in forced(processor, rows).items() if token == END]
 
 
 def added(*entries: tuple[int, SamplingParams, list[int]]) -> BatchUpdate:
@@ -70,10 +79,51 @@ def test_a_request_resumed_after_preemption_with_its_section_closed_is_not_force
     assert forced_rows(processor, 1) == []
 
 
+def test_the_whole_close_is_forced_token_by_token_then_the_model_answers() -> None:
+    processor = ThinkingBudgetProcessor(None, torch.device("cpu"), False)  # type: ignore[arg-type]
+    output = [1, 2]
+    processor.update_state(added((0, budget(2, (END, BLANK)), output)))
+    assert forced(processor, 1) == {0: END}
+    output.append(END)
+    assert forced(processor, 1) == {0: BLANK}  # the blank line the model writes after a section it ends itself
+    output.append(BLANK)
+    assert forced(processor, 1) == {}  # the answer is the model's own
+
+
+def test_under_async_scheduling_the_close_goes_on_by_position_while_its_tokens_are_placeholders() -> None:
+    """vLLM 0.24 applies the processor for a step before the last step's token is copied back: the end token forced
+    last step is a placeholder then, and must not be forced a second time."""
+    processor = ThinkingBudgetProcessor(None, torch.device("cpu"), False)  # type: ignore[arg-type]
+    output = [1, 2, PLACEHOLDER]  # the third thinking token is in flight
+    processor.update_state(added((0, budget(3, (END, BLANK)), output)))
+    assert forced(processor, 1) == {}  # two tokens known: within the budget
+    output[-1] = 3
+    output.append(PLACEHOLDER)  # the fourth token, sampled while only two were known
+    assert forced(processor, 1) == {0: END}  # three known thinking tokens: the budget is spent
+    output.append(PLACEHOLDER)  # the forced end token, not yet copied back
+    assert forced(processor, 1) == {0: BLANK}  # not the end token a second time
+    output[3:] = [4, END, PLACEHOLDER]
+    assert forced(processor, 1) == {}  # the whole close is out
+    output[-1] = BLANK
+    assert forced(processor, 1) == {}
+
+
+def test_a_request_that_sets_the_end_token_aside_is_forced_again_from_the_end_token() -> None:
+    processor = ThinkingBudgetProcessor(None, torch.device("cpu"), False)  # type: ignore[arg-type]
+    output = [1]
+    processor.update_state(added((0, budget(1, (END, BLANK)), output)))
+    assert forced(processor, 1) == {0: END}
+    output.append(4)  # another processor chose otherwise
+    assert forced(processor, 1) == {0: END}
+    output.append(END)
+    assert forced(processor, 1) == {0: BLANK}
+
+
 def test_an_invalid_budget_argument_is_refused_with_its_shape() -> None:
     ThinkingBudgetProcessor.validate_params(budget(0))
-    with pytest.raises(ValueError, match="'tokens': int >= 0"):
-        ThinkingBudgetProcessor.validate_params(SamplingParams(extra_args={THINKING_BUDGET_ARG: {"tokens": -1}}))
+    for arg in ({"tokens": -1, "close_ids": [END]}, {"tokens": 3, "close_ids": []}, {"tokens": 3, "end_id": END}):
+        with pytest.raises(ValueError, match="'tokens': int >= 0, 'close_ids'"):
+            ThinkingBudgetProcessor.validate_params(SamplingParams(extra_args={THINKING_BUDGET_ARG: arg}))
 
 
 @pytest.mark.integration
