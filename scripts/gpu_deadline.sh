@@ -27,14 +27,25 @@
 # (about 7 minutes). Each writes $OUT/run-PART.json, $OUT/log-PART.txt and $OUT/device-PART.txt; copy them into
 # loadtest/results/gpu-deadline/ and print the table with
 #   thinktier bench gpu table loadtest/results/gpu-deadline/run-a.json loadtest/results/gpu-deadline/run-b.json
+# The heavier loads (the 1.5x and 2x): B's generator at 12 and 16 requests/s, 1.53x and 1.96x B's tokens
+# (364 and 469 requests; thinking plus answer budgets summed), written on the CPU with
+#   thinktier bench gpu workload --policy policies/examples/h200-7b.yaml --name Bx1.5 --rate 12 --duration 30 \
+#     --seed 1 --languages en --out loadtest/results/gpu-deadline/workload-Bx1.5.json   (Bx2: --rate 16)
+# (the same command at --rate 6 writes workload-B.json byte for byte). PART c: FCFS, d: the class order, e: the
+# deadline order, each on one fresh engine through Bx1.5 then Bx2 (about 6 minutes a part).
 set -u
-part=${1:?usage: bash scripts/gpu_deadline.sh a|b}
+part=${1:?usage: bash scripts/gpu_deadline.sh a|b|c|d|e}
 B=loadtest/results/gpu/workload-B.json
 idle=loadtest/results/gpu-deadline/workload-idle.json
+B15=loadtest/results/gpu-deadline/workload-Bx1.5.json
+B20=loadtest/results/gpu-deadline/workload-Bx2.json
 case "$part" in
   a) plan=(--workload "B=$B" --config fp8:B --config fp8-prio:B) ;;
   b) plan=(--workload "B=$B" --workload "idle=$idle" --config fp8-deadline:B,idle) ;;
-  *) echo "GPU_DEADLINE_UNKNOWN_PART: $part (a or b)"; exit 3 ;;
+  c) plan=(--workload "Bx1.5=$B15" --workload "Bx2=$B20" --config fp8:Bx1.5,Bx2) ;;
+  d) plan=(--workload "Bx1.5=$B15" --workload "Bx2=$B20" --config fp8-prio:Bx1.5,Bx2) ;;
+  e) plan=(--workload "Bx1.5=$B15" --workload "Bx2=$B20" --config fp8-deadline:Bx1.5,Bx2) ;;
+  *) echo "GPU_DEADLINE_UNKNOWN_PART: $part (a, b, c, d or e)"; exit 3 ;;
 esac
 python3 -c "import vllm" 2>/dev/null || { echo "GPU_DEADLINE_NOT_STAGED: see this script's header"; exit 3; }
 export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1

@@ -125,15 +125,35 @@ def _script_parts() -> dict[str, list[str]]:
             for part, args in parts.items()}
 
 
-def test_the_device_script_runs_three_orders_and_the_idle_workload() -> None:
+def test_the_device_script_runs_three_orders_and_the_idle_workload_then_the_three_orders_at_heavier_loads() -> None:
     parts = _script_parts()
-    assert sorted(parts) == ["a", "b"]
+    assert sorted(parts) == ["a", "b", "c", "d", "e"]
     plans = {}
     for part, args in parts.items():
         workloads = read_workloads([v for k, v in itertools.pairwise(args) if k == "--workload"])
         plans[part] = parse_plan([v for k, v in itertools.pairwise(args) if k == "--config"], workloads)
-    assert plans == {"a": [("fp8", ["B"]), ("fp8-prio", ["B"])], "b": [("fp8-deadline", ["B", "idle"])]}
+    heavier = ["Bx1.5", "Bx2"]
+    assert plans == {"a": [("fp8", ["B"]), ("fp8-prio", ["B"])], "b": [("fp8-deadline", ["B", "idle"])],
+                     "c": [("fp8", heavier)], "d": [("fp8-prio", heavier)], "e": [("fp8-deadline", heavier)]}
     assert "--drain-s 240" in SCRIPT.read_text()
+
+
+def test_the_heavier_loads_ask_one_and_a_half_and_two_times_the_tokens_of_b_with_its_mix_and_budgets() -> None:
+    """The issue's 1.5x and 2x, measured in what the engine must generate (thinking plus answer budgets)."""
+    heavier = [v for k, v in itertools.pairwise(_script_parts()["c"]) if k == "--workload"]
+    paths = [*heavier, f"B={ROOT / 'loadtest/results/gpu/workload-B.json'}"]
+    loads = {name: Workload.from_json(json.loads(Path(path).read_text())) for name, _, path in (p.partition("=") for p in paths)}
+
+    def tokens(workload: Workload) -> int:
+        return sum(r.thinking_tokens + r.answer_tokens for r in workload.requests)
+
+    base = loads["B"]
+    assert tokens(loads["Bx1.5"]) / tokens(base) == pytest.approx(1.5, abs=0.05)
+    assert tokens(loads["Bx2"]) / tokens(base) == pytest.approx(2.0, abs=0.05)
+    budgets = {(r.difficulty, r.thinking_tokens, r.answer_tokens) for r in base.requests}
+    for name in ("Bx1.5", "Bx2"):
+        assert {(r.difficulty, r.thinking_tokens, r.answer_tokens) for r in loads[name].requests} == budgets
+        assert max(r.send_at_s for r in loads[name].requests) <= max(r.send_at_s for r in base.requests) + 1
 
 
 def test_the_idle_workload_has_one_easy_request_in_flight_at_a_time(policy) -> None:
