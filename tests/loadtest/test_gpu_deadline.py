@@ -140,9 +140,8 @@ def test_the_device_script_runs_three_orders_and_the_idle_workload_then_the_thre
 
 def test_the_heavier_loads_ask_one_and_a_half_and_two_times_the_tokens_of_b_with_its_mix_and_budgets() -> None:
     """The issue's 1.5x and 2x, measured in what the engine must generate (thinking plus answer budgets)."""
-    heavier = [v for k, v in itertools.pairwise(_script_parts()["c"]) if k == "--workload"]
-    paths = [*heavier, f"B={ROOT / 'loadtest/results/gpu/workload-B.json'}"]
-    loads = {name: Workload.from_json(json.loads(Path(path).read_text())) for name, _, path in (p.partition("=") for p in paths)}
+    parts = _script_parts()
+    loads = read_workloads([v for part in ("a", "c") for k, v in itertools.pairwise(parts[part]) if k == "--workload"])
 
     def tokens(workload: Workload) -> int:
         return sum(r.thinking_tokens + r.answer_tokens for r in workload.requests)
