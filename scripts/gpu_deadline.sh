@@ -33,25 +33,36 @@
 #     --seed 1 --languages en --out loadtest/results/gpu-deadline/workload-Bx1.5.json   (Bx2: --rate 16)
 # (the same command at --rate 6 writes workload-B.json byte for byte). PART c: FCFS, d: the class order, e: the
 # deadline order, each on one fresh engine through Bx1.5 then Bx2 (about 6 minutes a part).
+# A sustained overload, where the simulator has the deadline order collapse and the class order hold
+# (loadtest/results/plan-deadline/matched-B/): Bx1.5's generator for 120 s instead of 30 (1,465 requests),
+#   thinktier bench gpu workload --policy policies/examples/h200-7b.yaml --name Bx1.5-120s --rate 12 --duration 120 \
+#     --seed 1 --languages en --out loadtest/results/gpu-deadline/workload-Bx1.5-120s.json
+# PART f: the class order, g: the deadline order, 300 s of drain (about 8 minutes a part); h: FCFS, 400 s of drain
+# (about 9.5 minutes: its backlog is the deepest).
 set -u
-part=${1:?usage: bash scripts/gpu_deadline.sh a|b|c|d|e}
+part=${1:?usage: bash scripts/gpu_deadline.sh a|b|c|d|e|f|g|h}
 B=loadtest/results/gpu/workload-B.json
 idle=loadtest/results/gpu-deadline/workload-idle.json
 B15=loadtest/results/gpu-deadline/workload-Bx1.5.json
 B20=loadtest/results/gpu-deadline/workload-Bx2.json
+B15L=loadtest/results/gpu-deadline/workload-Bx1.5-120s.json
+drain=240
 case "$part" in
   a) plan=(--workload "B=$B" --config fp8:B --config fp8-prio:B) ;;
   b) plan=(--workload "B=$B" --workload "idle=$idle" --config fp8-deadline:B,idle) ;;
   c) plan=(--workload "Bx1.5=$B15" --workload "Bx2=$B20" --config fp8:Bx1.5,Bx2) ;;
   d) plan=(--workload "Bx1.5=$B15" --workload "Bx2=$B20" --config fp8-prio:Bx1.5,Bx2) ;;
   e) plan=(--workload "Bx1.5=$B15" --workload "Bx2=$B20" --config fp8-deadline:Bx1.5,Bx2) ;;
-  *) echo "GPU_DEADLINE_UNKNOWN_PART: $part (a, b, c, d or e)"; exit 3 ;;
+  f) plan=(--workload "Bx1.5-120s=$B15L" --config fp8-prio:Bx1.5-120s); drain=300 ;;
+  g) plan=(--workload "Bx1.5-120s=$B15L" --config fp8-deadline:Bx1.5-120s); drain=300 ;;
+  h) plan=(--workload "Bx1.5-120s=$B15L" --config fp8:Bx1.5-120s); drain=400 ;;
+  *) echo "GPU_DEADLINE_UNKNOWN_PART: $part (a to h)"; exit 3 ;;
 esac
 python3 -c "import vllm" 2>/dev/null || { echo "GPU_DEADLINE_NOT_STAGED: see this script's header"; exit 3; }
 export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1 > "$OUT/device-$part.txt"
 timeout 575 python3 -m thinktier bench gpu run --policy policies/examples/h200-7b.yaml --model /tmp/r1q7b \
-  "${plan[@]}" --drain-s 240 --out "$OUT/run-$part.json" > "$OUT/log-$part.txt" 2>&1
+  "${plan[@]}" --drain-s "$drain" --out "$OUT/run-$part.json" > "$OUT/log-$part.txt" 2>&1
 status=$?
 grep -E "^\[" "$OUT/log-$part.txt" | tail -n 8
 python3 -m thinktier bench gpu table "$OUT/run-$part.json" 2>/dev/null

@@ -120,22 +120,41 @@ def _script_parts() -> dict[str, list[str]]:
     """Each part's bench arguments as the device script passes them, its variables filled in."""
     text = SCRIPT.read_text()
     variables = {name: str(ROOT / path) for name, path in re.findall(r"^(\w+)=(loadtest/\S+)$", text, re.M)}
-    parts = dict(re.findall(r"^  (\w)\) plan=\((.*)\) ;;$", text, re.M))
-    return {part: re.sub(r"\$(\w+)", lambda m: variables[m.group(1)], args).replace('"', "").split()
-            for part, args in parts.items()}
+    parts = re.findall(r"^  (\w)\) plan=\((.*?)\)(?:; drain=(\d+))? ;;$", text, re.M)
+    default_drain = re.search(r"^drain=(\d+)$", text, re.M).group(1)  # type: ignore[union-attr]
+    return {part: [*re.sub(r"\$(\w+)", lambda m: variables[m.group(1)], args).replace('"', "").split(),
+                   "--drain-s", drain or default_drain]
+            for part, args, drain in parts}
 
 
-def test_the_device_script_runs_three_orders_and_the_idle_workload_then_the_three_orders_at_heavier_loads() -> None:
+def test_the_device_script_runs_three_orders_at_one_to_two_times_b_then_a_sustained_overload() -> None:
     parts = _script_parts()
-    assert sorted(parts) == ["a", "b", "c", "d", "e"]
-    plans = {}
+    assert sorted(parts) == ["a", "b", "c", "d", "e", "f", "g", "h"]
+    plans, drains = {}, {}
     for part, args in parts.items():
         workloads = read_workloads([v for k, v in itertools.pairwise(args) if k == "--workload"])
         plans[part] = parse_plan([v for k, v in itertools.pairwise(args) if k == "--config"], workloads)
-    heavier = ["Bx1.5", "Bx2"]
+        drains[part] = int(args[-1])
+    heavier, sustained = ["Bx1.5", "Bx2"], ["Bx1.5-120s"]
     assert plans == {"a": [("fp8", ["B"]), ("fp8-prio", ["B"])], "b": [("fp8-deadline", ["B", "idle"])],
-                     "c": [("fp8", heavier)], "d": [("fp8-prio", heavier)], "e": [("fp8-deadline", heavier)]}
-    assert "--drain-s 240" in SCRIPT.read_text()
+                     "c": [("fp8", heavier)], "d": [("fp8-prio", heavier)], "e": [("fp8-deadline", heavier)],
+                     "f": [("fp8-prio", sustained)], "g": [("fp8-deadline", sustained)], "h": [("fp8", sustained)]}
+    assert drains == {"a": 240, "b": 240, "c": 240, "d": 240, "e": 240, "f": 300, "g": 300, "h": 400}
+    assert '--drain-s "$drain"' in SCRIPT.read_text()
+
+
+def test_the_sustained_overload_is_bx1_5_held_for_120_seconds() -> None:
+    """Same generator, rate and mix as Bx1.5, four times the arrival window: the queue then holds requests whose
+    deadlines cross (a hard request outranks an easy one sent more than 80 s after it)."""
+    parts = _script_parts()
+    loads = read_workloads([v for part in ("c", "f") for k, v in itertools.pairwise(parts[part]) if k == "--workload"])
+    short, long = loads["Bx1.5"], loads["Bx1.5-120s"]
+    assert (long.rate, long.mix, long.seed, long.duration_s) == (short.rate, short.mix, short.seed, 120.0)
+    assert len(long.requests) == 1465 and max(r.send_at_s for r in long.requests) > 110
+    def budgets(workload: Workload) -> set[tuple[str, int]]:
+        return {(r.difficulty, r.thinking_tokens) for r in workload.requests}
+
+    assert budgets(long) == budgets(short)
 
 
 def test_the_heavier_loads_ask_one_and_a_half_and_two_times_the_tokens_of_b_with_its_mix_and_budgets() -> None:
