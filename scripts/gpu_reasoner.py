@@ -39,7 +39,7 @@ def main(argv: list[str]) -> int:
         print(train(size, Path(argv[2]), options))
         return 0
     policy = load_policy_with(GPU_POLICY, [("tiers.reasoning.model", argv[2])])
-    settings = BehaviourSettings(per_class=30, budget_per_class=8, vote_per_class=12, concurrency=128,
+    settings = BehaviourSettings(per_class=30, budget_per_class=8, vote_per_class=24, concurrency=128,
                                  budgets=(256, 1024, 2048, 4096, 8192, 11000),
                                  seed=int(argv[4]) if len(argv) > 4 else 0)
     report = run(("reasoning", policy.tiers["reasoning"]), size, settings, Path(argv[3]),

@@ -35,7 +35,10 @@ class TrainingRun:
     """Chance that one column's sum is off by one in a trace: lower for longer chains, so hard accuracy stays high
     (sampling at temperature 0.6 sharpens it about tenfold) while samples still slip at different steps. The large's
     first models, at 0.006, were 95-97 % right on hard problems, which left a vote of 5 at most 5 points to add; at 0.012
-    one sample was 83-88 % right on 90-120-step chains, and 0.010 aims at about 89 % on 105-135 ((1 - 0.001) ^ 120)."""
+    one sample was 83-88 % right on 90-120-step chains; at 0.010 on 105-135 steps 80-93 % (two bench seeds), and the
+    vote added 2 and 7 points (loadtest/results/reasoner-large/). A vote of 5 adds 10 points only if one sample is at
+    most about 88 % right (independent samples: 0.88 -> 0.986), so 0.012 aims at 82-87 % on 105-135 steps, above the
+    80 % that full thinking must keep."""
     restate_result: bool = False
     """Check lines restate the result they check (traces.TraceSettings.restate_result). For the large size's long
     checks: its first model worked 10-30-step chains right, then answered with another number after the check (2 of
@@ -73,6 +76,6 @@ SIZES: dict[SizeName, ReasonerSize] = {
         shape=ModelShape(hidden=512, layers=6, heads=16, intermediate=2048, context=12288),
         difficulty=Difficulty(easy=(1, 2), medium=(10, 30), hard=(105, 135)),
         run=TrainingRun(steps=3000, tokens_per_step=65536, learning_rate=1e-3, warmup_steps=100, max_count=140,
-                        slip_rate=0.010, restate_result=True, mix=LARGE_MIX),
+                        slip_rate=0.012, restate_result=True, mix=LARGE_MIX),
     ),
 }
