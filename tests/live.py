@@ -58,7 +58,7 @@ def thinktier_up(*args: str) -> Iterator[tuple[str, subprocess.Popen[str]]]:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGINT)
             try:
-                proc.wait(120)
+                proc.communicate(timeout=120)  # reads what it prints while stopping: wait() on a full pipe would block
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
