@@ -151,6 +151,7 @@ def test_the_sustained_overload_is_bx1_5_held_for_120_seconds() -> None:
     short, long = loads["Bx1.5"], loads["Bx1.5-120s"]
     assert (long.rate, long.mix, long.seed, long.duration_s) == (short.rate, short.mix, short.seed, 120.0)
     assert len(long.requests) == 1465 and max(r.send_at_s for r in long.requests) > 110
+
     def budgets(workload: Workload) -> set[tuple[str, int]]:
         return {(r.difficulty, r.thinking_tokens) for r in workload.requests}
 
