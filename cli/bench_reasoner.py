@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import get_args
 
@@ -15,9 +16,25 @@ REASONER_POLICY = DEFAULT_POLICY.parent / "examples" / "reasoner.yaml"
 DEFAULTS = BehaviourSettings()
 
 
+def _pooled(args: argparse.Namespace) -> int:
+    from thinktier.loadtest.bench.reasoner.pool import PoolError, pool
+
+    try:
+        report = pool([Path(d) for d in args.pool], Path(args.out), command_line())
+    except PoolError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    for aim in report["aims"]:
+        print(f"{'met   ' if aim['met'] else 'MISSED'} {aim['name']}: {aim['measured']}")
+    print(f"wrote {args.out}/results.json, README.md and budget_accuracy.png ({report['settings']})")
+    return 0
+
+
 def _reasoner(args: argparse.Namespace) -> int:
     from thinktier.loadtest.bench.reasoner.run import run
 
+    if args.pool:
+        return _pooled(args)
     tier = chosen_tier(args)
     if tier is None:
         return 2
@@ -52,4 +69,7 @@ def add_reasoner(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--phases", type=phases_of(PHASES), default=PHASES, help=f"comma-separated (default {','.join(PHASES)})")
     p.add_argument("--seed", type=int, default=DEFAULTS.seed, help=f"seed of the problems and samples ({DEFAULTS.seed})")
     p.add_argument("--out", default="loadtest/results/reasoner-small", help="output folder")
+    p.add_argument("--pool", nargs="+", metavar="RUN_DIR",
+                   help="run no engine: pool the rows of earlier runs of one model (folders this command wrote, other "
+                   "seeds) and judge each aim over all of them; the pooled README lists each run's aims beside")
     p.set_defaults(func=_reasoner)

@@ -36,9 +36,9 @@ class TrainingRun:
     (sampling at temperature 0.6 sharpens it about tenfold) while samples still slip at different steps. The large's
     first models, at 0.006, were 95-97 % right on hard problems, which left a vote of 5 at most 5 points to add; at 0.012
     one sample was 83-88 % right on 90-120-step chains; at 0.010 on 105-135 steps 80-93 % (two bench seeds), and the
-    vote added 2 and 7 points (loadtest/results/reasoner-large/). A vote of 5 adds 10 points only if one sample is at
-    most about 88 % right (independent samples: 0.88 -> 0.986), so 0.012 aims at 82-87 % on 105-135 steps, above the
-    80 % that full thinking must keep."""
+    vote added 2 and 7 points. A vote of 5 adds 10 points only if one sample is at most about 88 % right (independent
+    samples: 0.88 -> 0.986); at 0.012 on 105-135 steps, five bench seeds pooled: one sample 84 % right with full
+    thinking, 88 % on the voted problems, voted 100 % (loadtest/results/reasoner-large/)."""
     restate_result: bool = False
     """Check lines restate the result they check (traces.TraceSettings.restate_result). For the large size's long
     checks: its first model worked 10-30-step chains right, then answered with another number after the check (2 of

@@ -76,6 +76,11 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.0f}%"
 
 
+def _points(share: float | None) -> float:
+    """A share in percentage points, rounded past float noise: 1.0 - 0.9 is 0.0999..., which is 10 points."""
+    return round(100 * (share or 0), 6)
+
+
 def aims(summary: dict[str, Any], hard_thinking_floor: int) -> list[Aim]:
     out: list[Aim] = []
     full, off, vote = summary.get("full"), summary.get("off"), summary.get("vote")
@@ -88,7 +93,7 @@ def aims(summary: dict[str, Any], hard_thinking_floor: int) -> list[Aim]:
         out.append(Aim("accuracy with full thinking (T=0.6)", "easy >= 95%, hard >= 80%",
                        f"easy {_pct(full['easy']['accuracy'])}, medium {_pct(full['medium']['accuracy'])}, "
                        f"hard {_pct(full['hard']['accuracy'])}",
-                       full["easy"]["accuracy"] >= 0.95 and full["hard"]["accuracy"] >= 0.8))
+                       _points(full["easy"]["accuracy"]) >= 95 and _points(full["hard"]["accuracy"]) >= 80))
         spread = full["hard"]["overthinking_tokens"]
         out.append(Aim("checks its work for a varying length", "hard: overthinking p90 > 2 x p10",
                        "-" if spread is None else f"hard p10 {spread['p10']:.0f}, median {spread['median']:.0f}, "
@@ -97,7 +102,7 @@ def aims(summary: dict[str, Any], hard_thinking_floor: int) -> list[Aim]:
         out.append(Aim("thinking off", "one-step problems right (>= 95%), hard near chance (<= 5%)",
                        f"one-step {_pct(off['one_step']['accuracy'])}, easy {_pct(off['easy']['accuracy'])}, "
                        f"hard {_pct(off['hard']['accuracy'])}",
-                       (off["one_step"]["accuracy"] or 0) >= 0.95 and (off["hard"]["accuracy"] or 0) <= 0.05))
+                       _points(off["one_step"]["accuracy"]) >= 95 and _points(off["hard"]["accuracy"]) <= 5))
     if "budget" in summary:
         forced = summary["budget_forced"]
         curve = summary["budget"]["hard"]
@@ -113,7 +118,7 @@ def aims(summary: dict[str, Any], hard_thinking_floor: int) -> list[Aim]:
             hard["voted_accuracy"] - hard["sample_accuracy"])
         out.append(Aim("a vote of 5 corrects sampled mistakes", "hard: voted accuracy >= one sample's + 10 points",
                        f"hard: one sample {_pct(hard['sample_accuracy'])}, voted {_pct(hard['voted_accuracy'])}",
-                       gain is not None and gain >= 0.10))
+                       gain is not None and _points(gain) >= 10))
     return out
 
 
