@@ -73,7 +73,11 @@ def _plan(args: argparse.Namespace) -> int:
                                 args.diurnal_amplitude, args.diurnal_period)
     settings = SimSettings(tick_s=args.tick, startup_s=args.startup, drain_s=args.drain, autoscale=not args.no_autoscale,
                            replicas=args.replicas)
-    inputs = plan.PlanInputs(policy, workload, args.lengths, settings)
+    if args.serving_overhead_us is not None and args.serving_overhead_us < 0:
+        print(f"--serving-overhead-us: {args.serving_overhead_us:g} is negative; give 0 or more microseconds", file=sys.stderr)
+        return 2
+    overhead = None if args.serving_overhead_us is None else args.serving_overhead_us * 1e-6
+    inputs = plan.PlanInputs(policy, workload, args.lengths, settings, overhead_s_per_seq=overhead)
     out = args.out
     if args.calibrate is not None:
         from thinktier.loadtest.report import Report
@@ -149,6 +153,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     c.add_argument("--drain", type=_positive, default=600.0,
                    help="seconds after the last arrival that requests may finish (default 600)")
     c.add_argument("--device-hour-usd", type=float, default=3.0, help="price of one GPU (or CPU replica) hour (default 3)")
+    c.add_argument("--serving-overhead-us", type=float, default=None, metavar="US",
+                   help="the engine process's cost per running sequence and step, in microseconds, in place of the step "
+                   "profile's (fitted on the H200 full stack with vLLM's budget processor); `thinktier bench planner` "
+                   "fits today's engine on an H100 run and says the value in loadtest/results/plan/forecast-gpu-deadline.md")
     m = p.add_argument_group("what to answer (default: one simulation)")
     m.add_argument("--sweep", type=_sweep, default=None, metavar="KNOB=v1,v2",
                    help="one simulation per value of a policy field, e.g. tiers.reasoning.engine.scheduling_policy=fcfs,priority")

@@ -5,13 +5,22 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
+from thinktier.loadtest.bench.gpu.gpu_configs import CONFIGS
 from thinktier.loadtest.sim.plan import PlanInputs, simulate
 from thinktier.loadtest.sim.sim_cluster import SimSettings
-from thinktier.loadtest.sim.sim_profile import DEFAULT_PROFILES
-from thinktier.loadtest.sim.sim_validate import Case, engine_case, fullstack_case, markdown
+from thinktier.loadtest.sim.sim_profile import DEFAULT_PROFILES, profile_for
+from thinktier.loadtest.sim.sim_validate import (
+    Case,
+    EngineRun,
+    engine_case,
+    fit_engine_overhead,
+    fullstack_case,
+    markdown,
+    replay_engine,
+)
 from thinktier.loadtest.sim.sim_workload import WorkloadSpec
 from thinktier.loadtest.workload import Mix
 from thinktier.policies.loader import load_policy, with_setting
@@ -21,6 +30,7 @@ RESULTS, EXAMPLES = ROOT / "loadtest" / "results", ROOT / "policies" / "examples
 FULLSTACK = RESULTS / "gpu-fullstack"
 GPU = RESULTS / "gpu"
 GPU_SCALING = RESULTS / "gpu-scaling"
+GPU_DEADLINE = RESULTS / "gpu-deadline"
 COMPARE = RESULTS / "compare-after-layout"
 
 FULLSTACK_CASES = (
@@ -28,17 +38,49 @@ FULLSTACK_CASES = (
     ("H200 x2 full stack, tiered on split GPUs", "tiered-split", "gpu-tiered-haproxy.yaml"),
     ("H200 x2 full stack, tiered on shared GPUs", "tiered-shared", "gpu-fullstack-tiered.yaml"),
 )
+H200_7B = EXAMPLES / "h200-7b.yaml"
 ENGINE_CASES = (
-    ("H200 engine, workload A, FCFS", GPU / "run-kv.json", "fp8", GPU / "workload-A.json", None),
-    ("H200 engine, workload B, FCFS", GPU / "run-kv.json", "fp8", GPU / "workload-B.json", None),
-    ("H200 engine, workload B, priority", GPU / "run-sched.json", "fp8-prio", GPU / "workload-B.json", None),
-    ("H200 engine, workload B, FCFS, full drain", GPU_SCALING / "priority" / "run-priority.json", "fp8",
-     GPU / "workload-B.json", "B"),
-    ("H200 engine, workload B, priority, full drain", GPU_SCALING / "priority" / "run-priority-plain.json", "fp8-prio",
-     GPU / "workload-B.json", "B"),
-    ("H200 engine, workload B, easy-first priority (0/1/1), full drain", GPU_SCALING / "priority" / "run-priority.json",
-     "fp8-prio", GPU_SCALING / "priority" / "workload-B-easy-first.json", "Bef"),
+    ("H200 engine, workload A, FCFS", EngineRun(GPU / "run-kv.json", "fp8", GPU / "workload-A.json", H200_7B)),
+    ("H200 engine, workload B, FCFS", EngineRun(GPU / "run-kv.json", "fp8", GPU / "workload-B.json", H200_7B)),
+    ("H200 engine, workload B, priority", EngineRun(GPU / "run-sched.json", "fp8-prio", GPU / "workload-B.json", H200_7B)),
+    ("H200 engine, workload B, FCFS, full drain",
+     EngineRun(GPU_SCALING / "priority" / "run-priority.json", "fp8", GPU / "workload-B.json", H200_7B, "B")),
+    ("H200 engine, workload B, priority, full drain",
+     EngineRun(GPU_SCALING / "priority" / "run-priority-plain.json", "fp8-prio", GPU / "workload-B.json", H200_7B, "B")),
+    ("H200 engine, workload B, easy-first priority (0/1/1), full drain",
+     EngineRun(GPU_SCALING / "priority" / "run-priority.json", "fp8-prio",
+               GPU_SCALING / "priority" / "workload-B-easy-first.json", H200_7B, "Bef")),
 )
+H100_FIT = EngineRun(GPU_DEADLINE / "run-d.json", "fp8-prio", GPU_DEADLINE / "workload-Bx1.5.json", H200_7B, "Bx1.5")
+"""Today's engine (the project's budget processor, async scheduling) on an H100 at 1.5x workload B, class order: the
+run the H100 cases' serving overhead is fitted on."""
+H100_CASES = (
+    ("1x B, FCFS", EngineRun(GPU_DEADLINE / "run-a.json", "fp8", GPU / "workload-B.json", H200_7B, "B")),
+    ("1x B, deadline order", EngineRun(GPU_DEADLINE / "run-b.json", "fp8-deadline", GPU / "workload-B.json", H200_7B, "B")),
+    ("1.5x B, FCFS", EngineRun(GPU_DEADLINE / "run-c.json", "fp8", GPU_DEADLINE / "workload-Bx1.5.json", H200_7B, "Bx1.5")),
+    ("2x B, FCFS", EngineRun(GPU_DEADLINE / "run-c.json", "fp8", GPU_DEADLINE / "workload-Bx2.json", H200_7B, "Bx2")),
+    ("1.5x B, class order (the fitted run)", H100_FIT),
+    ("1.5x B, class order, a second run", EngineRun(GPU_DEADLINE / "run-d-repeat.json", "fp8-prio",
+                                                    GPU_DEADLINE / "workload-Bx1.5.json", H200_7B, "Bx1.5")),
+    ("2x B, class order", EngineRun(GPU_DEADLINE / "run-d.json", "fp8-prio", GPU_DEADLINE / "workload-Bx2.json", H200_7B, "Bx2")),
+    ("1.5x B, deadline order", EngineRun(GPU_DEADLINE / "run-e.json", "fp8-deadline", GPU_DEADLINE / "workload-Bx1.5.json",
+                                         H200_7B, "Bx1.5")),
+    ("2x B, deadline order", EngineRun(GPU_DEADLINE / "run-e.json", "fp8-deadline", GPU_DEADLINE / "workload-Bx2.json",
+                                       H200_7B, "Bx2")),
+)
+"""The H100 runs of issue 30 (`loadtest/results/gpu-deadline/`). The simulator has no H100 step profile: these replay
+them on the H200's device terms with a serving overhead fitted on `H100_FIT`, which absorbs both the H100's slower
+device and today's lighter engine process; the other eight runs test that one number out of sample."""
+
+
+H100_KV_TOKENS = 74_896
+"""2 GiB of FP8 KV of the 7B geometry: what every H100 run above held."""
+H100_PREDICTED = GPU_DEADLINE / "workload-Bx1.5-120s.json"
+H100_PREDICTIONS = (("class order", "fp8-prio", 300.0, "f"), ("deadline order", "fp8-deadline", 300.0, "g"),
+                    ("FCFS", "fp8", 400.0, "h"))
+"""Runs prepared for the H100 and not made yet (`scripts/gpu_deadline.sh` parts f, g, h): order, configuration, drain."""
+
+
 AUTOSCALING_CASE = (
     "H200 x1 full stack, reasoning tier autoscaled 1-3 on KV/stragglers (replicas share the GPU)",
     GPU_SCALING / "autoscaling" / "kv-report.json", EXAMPLES / "gpu-autoscaling.yaml",
@@ -52,23 +94,59 @@ CPU_CASES = (
 )
 
 
-def validation_cases() -> list[Case]:
+def validation_cases() -> tuple[list[Case], float]:
+    """Every replayable run beside its simulation, and the serving overhead fitted on `H100_FIT`."""
     cases = [
         fullstack_case(title, FULLSTACK / f"{name}-report.json", EXAMPLES / policy) for title, name, policy in FULLSTACK_CASES
     ]
     title, report, policy = AUTOSCALING_CASE
     cases.append(fullstack_case(title, report, policy, settings=SimSettings(startup_s=AUTOSCALING_STARTUP_S)))
-    cases += [
-        engine_case(title, run, config, workload, EXAMPLES / "h200-7b.yaml", step)
-        for title, run, config, workload, step in ENGINE_CASES
-    ]
+    cases += [engine_case(title, run) for title, run in ENGINE_CASES]
+    cases.append(engine_case("H100 engine, 1.5x B, class order, the default profile (its serving overhead fitted on the "
+                             "H200 full stack with vLLM's budget processor)", H100_FIT))
+    overhead = fit_engine_overhead(H100_FIT)
+    cases += [engine_case(f"H100 engine, {title}, serving overhead {overhead * 1e6:.1f} us fitted on 1.5x B class order",
+                          run, overhead) for title, run in H100_CASES]
     if DEFAULT_PROFILES["cpu"].exists():
         cases += [
             fullstack_case(title, COMPARE / name / "report.json", EXAMPLES / policy, f"recorded:{COMPARE / name / n}")
             for title, name, policy in CPU_CASES
             for n in ("requests.jsonl",)
         ]
-    return cases
+    return cases, overhead
+
+
+def h100_predictions(overhead_s_per_seq: float) -> str:
+    """The simulator's forecast of the H100 runs not made yet, with the serving overhead fitted on `H100_FIT`: written
+    before the runs, so that they test it."""
+    policy = load_policy(H200_7B)
+    tier = policy.routing.reasoning_tier
+    profile = replace(profile_for(policy.tiers[tier]), overhead_s_per_seq=overhead_s_per_seq)
+    workload = json.loads(H100_PREDICTED.read_text())
+    lines = [
+        "# Forecast: the H100 runs prepared and not made yet", "",
+        f"`{H100_PREDICTED.relative_to(ROOT)}` ({len(workload['requests']):,} requests: workload B's generator at "
+        f"{workload['rate']:g} requests/s for {workload['duration_s']:g} s, seed {workload['seed']}) replayed through one "
+        f"simulated H100 engine: the H200's step profile with a serving overhead of {overhead_s_per_seq * 1e6:.1f} us per "
+        "sequence and step, fitted on the H100's 1.5x B class-order run (validation.md, the H100 cases), "
+        f"{H100_KV_TOKENS:,} KV tokens (2 GiB FP8), each request its full budget. Written by `thinktier bench planner` "
+        "before `scripts/gpu_deadline.sh` parts f, g and h ran.", "",
+        "| order (part) | SLO met | easy TTFVT p50 / p99 s | medium TTFVT p50 / p99 s | hard E2E p50 / p90 s | unfinished |",
+        "|---|---|---|---|---|---|",
+    ]
+    for order, config, drain_s, part in H100_PREDICTIONS:
+        sim = replay_engine(workload, policy, tier, profile, CONFIGS[config], drain_s, H100_KV_TOKENS).per_class
+        met = sum(c["met_slo"] for c in sim.values())
+        unfinished = sum(c["sent"] - c["finished"] for c in sim.values())
+        easy, medium, hard = sim["easy"]["ttfvt_s"], sim["medium"]["ttfvt_s"], sim["hard"]["e2e_s"]
+        lines.append(f"| {order} ({part}, drain {drain_s:g} s) | {met:,} of {len(workload['requests']):,} | "
+                     f"{_s(easy['p50'])} / {_s(easy['p99'])} | {_s(medium['p50'])} / {_s(medium['p99'])} | "
+                     f"{_s(hard['p50'])} / {_s(hard['p90'])} | {unfinished} |")
+    return "\n".join(lines) + "\n"
+
+
+def _s(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
 
 
 def speed(replicas: int = 1000, rate: float = 10_000 / 60, duration_s: float = 3600.0) -> dict[str, object]:
@@ -95,8 +173,10 @@ def speed(replicas: int = 1000, rate: float = 10_000 / 60, duration_s: float = 3
 
 def run(out: Path, with_speed: bool = True) -> tuple[str, dict[str, object] | None]:
     out.mkdir(parents=True, exist_ok=True)
-    text = markdown(validation_cases())
+    cases, overhead = validation_cases()
+    text = markdown(cases)
     (out / "validation.md").write_text(text)
+    (out / "forecast-gpu-deadline.md").write_text(h100_predictions(overhead))
     measured = speed() if with_speed else None
     if measured is not None:
         (out / "speed.json").write_text(json.dumps(measured, indent=1) + "\n")

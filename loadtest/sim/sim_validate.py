@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from thinktier.loadtest.bench.fullstack.fullstack_compare import rebuilt
+from thinktier.loadtest.bench.gpu.gpu_configs import CONFIGS, BenchConfig, sent_priority
 from thinktier.loadtest.bench.gpu.gpu_results import class_summary
+from thinktier.loadtest.bench.gpu.gpu_workload import Workload
 from thinktier.loadtest.report import Report
 from thinktier.loadtest.sim.plan import PlanInputs, simulate
 from thinktier.loadtest.sim.sim_cluster import SimSettings
@@ -90,30 +92,42 @@ def fullstack_case(
 
 
 def replay_engine(
-    workload: dict[str, Any], policy: Policy, tier: str, profile: HardwareProfile, priority: bool, drain_s: float,
+    workload: dict[str, Any], policy: Policy, tier: str, profile: HardwareProfile, config: BenchConfig, drain_s: float,
     kv_tokens: int,
-) -> dict[str, Any]:
+) -> EngineReplay:
     """A `thinktier bench gpu` workload through one simulated replica of `tier` with `kv_tokens` of KV cache, cut
-    `drain_s` after the last arrival; per class, in the bench's own summary form."""
-    config = policy.tiers[tier]
+    `drain_s` after the last arrival, each request sent with the priority the bench gave it under `config`."""
+    engine = policy.tiers[tier].engine
     replica = SimReplica(
-        "engine", profile, kv_tokens, config.engine.max_num_seqs,
-        config.engine.max_num_batched_tokens or 8192, priority, config.stragglers,
+        "engine", profile, kv_tokens, engine.max_num_seqs, engine.max_num_batched_tokens or 8192,
+        config.scheduling_policy == "priority", policy.tiers[tier].stragglers,
     )
     requests = []
-    for item in workload["requests"]:
+    for item in Workload.from_json(workload).requests:
         request = SimRequest(
-            item["index"], item["difficulty"], item["prompt_id"], item["send_at_s"],
-            len(item["text"]) // 4 + TEMPLATE_TOKENS, item["thinking_tokens"], item["answer_tokens"], item["priority"],
+            item.index, item.difficulty, item.prompt_id, item.send_at_s, len(item.text) // 4 + TEMPLATE_TOKENS,
+            item.thinking_tokens, item.answer_tokens, sent_priority(config, policy, item, item.send_at_s),
         )
         replica.submit(request, request.arrival_s)
         requests.append(request)
-    replica.advance_to(workload["duration_s"] + drain_s)
+    cut = workload["duration_s"] + drain_s
+    replica.advance_to(cut)
     per_class = {}
     for cls in ("easy", "medium", "hard"):
         records = [_EngineRecord(r) for r in requests if r.request_class == cls]
         per_class[cls] = class_summary(records, policy.slos[cls])  # type: ignore[arg-type]
-    return per_class
+    ends = [r.end_s for r in requests if r.end_s is not None]
+    wall = max(ends, default=0.0) if len(ends) == len(requests) else cut
+    generated = sum(r.thinking_tokens + r.answer_tokens if r.end_s is not None else r.generated for r in requests)
+    return EngineReplay(per_class, generated / wall if wall > 0 else 0.0)
+
+
+@dataclass(frozen=True)
+class EngineReplay:
+    per_class: dict[str, dict[str, Any]]
+    """Per class, in the bench's own summary form."""
+    output_tokens_per_s: float
+    """Generated tokens over the time from the first send to the last finish, as the bench counts it."""
 
 
 @dataclass(frozen=True)
@@ -149,30 +163,62 @@ class _EngineRecord:
         return self.request.answer_tokens
 
 
-def engine_case(
-    name: str, run_path: Path, config: str, workload_path: Path, policy_path: Path, step: str | None = None
-) -> Case:
-    """One configuration of a recorded `thinktier bench gpu run`, replayed through one simulated replica. `step`: the
-    workload's name in the run (`--workload NAME=PATH`); the name inside the workload file when None."""
-    run = json.loads(run_path.read_text())
-    workload = json.loads(workload_path.read_text())
-    result = next(r for r in run["results"] if r["config"] == config and (step or workload["name"]) in r["workloads"])
-    real = result["workloads"][step or workload["name"]]
-    policy = load_policy(policy_path)
-    tier = policy.routing.reasoning_tier
-    priority = result["engine"].get("scheduling_policy") == "priority"
-    profile = profile_for(policy.tiers[tier])
-    sim = replay_engine(workload, policy, tier, profile, priority, run["drain_s"], result["kv_capacity_tokens"])
-    duration = workload["duration_s"]
-    figures = [Figure("goodput req/s", real["goodput_rps"], sum(c["met_slo"] for c in sim.values()) / duration)]
+@dataclass(frozen=True)
+class EngineRun:
+    """One configuration and workload of a recorded `thinktier bench gpu run`, with the policy it ran."""
+
+    run_path: Path
+    config: str
+    workload_path: Path
+    policy_path: Path
+    step: str | None = None
+    """The workload's name in the run (`--workload NAME=PATH`); the name inside the workload file when None."""
+
+    def replay(self, overhead_s_per_seq: float | None = None) -> tuple[dict[str, Any], EngineReplay]:
+        """The run's own figures, and the simulator's on the same requests (with this serving overhead per sequence
+        and step in place of the profile's, where given)."""
+        run = json.loads(self.run_path.read_text())
+        workload = json.loads(self.workload_path.read_text())
+        name = self.step or workload["name"]
+        result = next(r for r in run["results"] if r["config"] == self.config and name in r["workloads"])
+        policy = load_policy(self.policy_path)
+        tier = policy.routing.reasoning_tier
+        profile = profile_for(policy.tiers[tier])
+        if overhead_s_per_seq is not None:
+            profile = replace(profile, overhead_s_per_seq=overhead_s_per_seq)
+        sim = replay_engine(workload, policy, tier, profile, CONFIGS[self.config], run["drain_s"],
+                            result["kv_capacity_tokens"])
+        return result["workloads"][name], sim
+
+
+def engine_case(name: str, run: EngineRun, overhead_s_per_seq: float | None = None) -> Case:
+    """A recorded bare-engine run replayed through one simulated replica."""
+    real, sim = run.replay(overhead_s_per_seq)
+    duration = json.loads(run.workload_path.read_text())["duration_s"]
+    figures = [Figure("goodput req/s", real["goodput_rps"], sum(c["met_slo"] for c in sim.per_class.values()) / duration),
+               Figure("output tok/s", real["output_tokens_per_s"], sim.output_tokens_per_s)]
     for cls in ("easy", "medium", "hard"):
-        r, s = real["per_class"][cls], sim[cls]
+        r, s = real["per_class"][cls], sim.per_class[cls]
         figures += [
             Figure(f"{cls} finished", r["finished"], s["finished"]),
             Figure(f"{cls} TTFVT p50 s", r["ttfvt_s"]["p50"], s["ttfvt_s"]["p50"]),
             Figure(f"{cls} TTFVT p99 s", r["ttfvt_s"]["p99"], s["ttfvt_s"]["p99"]),
         ]
     return Case(name, "bare engine", figures)
+
+
+def fit_engine_overhead(run: EngineRun, iterations: int = 14) -> float:
+    """The serving overhead per sequence and step at which the replayed run's output tokens per second match the
+    recorded ones (bisection; use a run that kept the engine busy, or throughput says nothing)."""
+    target = run.replay()[0]["output_tokens_per_s"]
+    low, high = 0.0, 1e-3
+    for _ in range(iterations):
+        middle = (low + high) / 2
+        if run.replay(middle)[1].output_tokens_per_s > target:
+            low = middle
+        else:
+            high = middle
+    return (low + high) / 2
 
 
 def markdown(cases: Sequence[Case]) -> str:
