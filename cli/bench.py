@@ -103,7 +103,11 @@ def _gpu_table(args: argparse.Namespace) -> int:
 
 
 def _gpu_step_profile(args: argparse.Namespace) -> int:
-    data = write_step_profile(Path(args.report), args.config, Path(args.out))
+    try:
+        data = write_step_profile(Path(args.report), args.config, Path(args.out), args.geometry_from, args.device_memory_gib)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     print(f"{len(data['points'])} points -> {args.out}")
     return 0
 
@@ -175,6 +179,11 @@ def _register_gpu(commands: argparse._SubParsersAction) -> None:
     s = sub.add_parser("step-profile", help="Write the planner's step-time data file from a `run` report's profile.")
     s.add_argument("report", help="JSON report written by `run` with a CONFIG:...,profile step.")
     s.add_argument("--config", required=True, help="Configuration whose profile to take.")
+    s.add_argument("--geometry-from", type=Path, default=None, metavar="PROFILE.json",
+                   help="take the model's geometry (layers, KV heads, head size, weights) from another profile of the same "
+                   "model; the planner needs it to turn KV GiB into tokens")
+    s.add_argument("--device-memory-gib", type=float, default=None,
+                   help="one device's memory (vLLM's 'Initial free memory' line), for KV sized by gpu_memory_utilization")
     s.add_argument("--out", required=True, help="Where to write the data file.")
     s.set_defaults(func=_gpu_step_profile)
 

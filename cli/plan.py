@@ -77,7 +77,12 @@ def _plan(args: argparse.Namespace) -> int:
         print(f"--serving-overhead-us: {args.serving_overhead_us:g} is negative; give 0 or more microseconds", file=sys.stderr)
         return 2
     overhead = None if args.serving_overhead_us is None else args.serving_overhead_us * 1e-6
-    inputs = plan.PlanInputs(policy, workload, args.lengths, settings, overhead_s_per_seq=overhead)
+    if args.step_profile is not None and not args.step_profile.is_file():
+        print(f"--step-profile: no such file {args.step_profile}", file=sys.stderr)
+        return 2
+    profiles = None if args.step_profile is None else {
+        name: args.step_profile for name, tier in policy.tiers.items() if tier.pool.accelerator == "gpu"}
+    inputs = plan.PlanInputs(policy, workload, args.lengths, settings, profiles, overhead)
     out = args.out
     if args.calibrate is not None:
         from thinktier.loadtest.report import Report
@@ -153,10 +158,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     c.add_argument("--drain", type=_positive, default=600.0,
                    help="seconds after the last arrival that requests may finish (default 600)")
     c.add_argument("--device-hour-usd", type=float, default=3.0, help="price of one GPU (or CPU replica) hour (default 3)")
+    c.add_argument("--step-profile", type=Path, default=None, metavar="PROFILE.json",
+                   help="the step profile of every GPU tier (default: the H200's, loadtest/results/gpu/h200_step_profile.json; "
+                   "the H100's is loadtest/results/gpu-deadline/h100_step_profile.json)")
     c.add_argument("--serving-overhead-us", type=float, default=None, metavar="US",
                    help="the engine process's cost per running sequence and step, in microseconds, in place of the step "
-                   "profile's (fitted on the H200 full stack with vLLM's budget processor); `thinktier bench planner` "
-                   "fits today's engine on an H100 run and says the value in loadtest/results/plan/forecast-gpu-deadline.md")
+                   "profile's (the H200's: 66, fitted on its full stack with vLLM's budget processor); `thinktier bench "
+                   "planner` fits today's engine on an H100 run and says the value in "
+                   "loadtest/results/plan/forecast-gpu-deadline.md")
     m = p.add_argument_group("what to answer (default: one simulation)")
     m.add_argument("--sweep", type=_sweep, default=None, metavar="KNOB=v1,v2",
                    help="one simulation per value of a policy field, e.g. tiers.reasoning.engine.scheduling_policy=fcfs,priority")

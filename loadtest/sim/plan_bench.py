@@ -51,26 +51,33 @@ ENGINE_CASES = (
      EngineRun(GPU_SCALING / "priority" / "run-priority.json", "fp8-prio",
                GPU_SCALING / "priority" / "workload-B-easy-first.json", H200_7B, "Bef")),
 )
-H100_FIT = EngineRun(GPU_DEADLINE / "run-d.json", "fp8-prio", GPU_DEADLINE / "workload-Bx1.5.json", H200_7B, "Bx1.5")
+H100_PROFILE = GPU_DEADLINE / "h100_step_profile.json"
+"""Measured on an H100 on 2026-12-06 (`run-profile.json`): the device's own step time by batch and context."""
+
+
+def _h100(run: str, config: str, workload: Path, step: str) -> EngineRun:
+    return EngineRun(GPU_DEADLINE / run, config, workload, H200_7B, step, H100_PROFILE)
+
+
+WORKLOAD_B, WORKLOAD_BX15, WORKLOAD_BX2 = (GPU / "workload-B.json", GPU_DEADLINE / "workload-Bx1.5.json",
+                                          GPU_DEADLINE / "workload-Bx2.json")
+H100_FIT = _h100("run-d.json", "fp8-prio", WORKLOAD_BX15, "Bx1.5")
 """Today's engine (the project's budget processor, async scheduling) on an H100 at 1.5x workload B, class order: the
 run the H100 cases' serving overhead is fitted on."""
 H100_CASES = (
-    ("1x B, FCFS", EngineRun(GPU_DEADLINE / "run-a.json", "fp8", GPU / "workload-B.json", H200_7B, "B")),
-    ("1x B, deadline order", EngineRun(GPU_DEADLINE / "run-b.json", "fp8-deadline", GPU / "workload-B.json", H200_7B, "B")),
-    ("1.5x B, FCFS", EngineRun(GPU_DEADLINE / "run-c.json", "fp8", GPU_DEADLINE / "workload-Bx1.5.json", H200_7B, "Bx1.5")),
-    ("2x B, FCFS", EngineRun(GPU_DEADLINE / "run-c.json", "fp8", GPU_DEADLINE / "workload-Bx2.json", H200_7B, "Bx2")),
+    ("1x B, FCFS", _h100("run-a.json", "fp8", WORKLOAD_B, "B")),
+    ("1x B, deadline order", _h100("run-b.json", "fp8-deadline", WORKLOAD_B, "B")),
+    ("1.5x B, FCFS", _h100("run-c.json", "fp8", WORKLOAD_BX15, "Bx1.5")),
+    ("2x B, FCFS", _h100("run-c.json", "fp8", WORKLOAD_BX2, "Bx2")),
     ("1.5x B, class order (the fitted run)", H100_FIT),
-    ("1.5x B, class order, a second run", EngineRun(GPU_DEADLINE / "run-d-repeat.json", "fp8-prio",
-                                                    GPU_DEADLINE / "workload-Bx1.5.json", H200_7B, "Bx1.5")),
-    ("2x B, class order", EngineRun(GPU_DEADLINE / "run-d.json", "fp8-prio", GPU_DEADLINE / "workload-Bx2.json", H200_7B, "Bx2")),
-    ("1.5x B, deadline order", EngineRun(GPU_DEADLINE / "run-e.json", "fp8-deadline", GPU_DEADLINE / "workload-Bx1.5.json",
-                                         H200_7B, "Bx1.5")),
-    ("2x B, deadline order", EngineRun(GPU_DEADLINE / "run-e.json", "fp8-deadline", GPU_DEADLINE / "workload-Bx2.json",
-                                       H200_7B, "Bx2")),
+    ("1.5x B, class order, a second run", _h100("run-d-repeat.json", "fp8-prio", WORKLOAD_BX15, "Bx1.5")),
+    ("2x B, class order", _h100("run-d.json", "fp8-prio", WORKLOAD_BX2, "Bx2")),
+    ("1.5x B, deadline order", _h100("run-e.json", "fp8-deadline", WORKLOAD_BX15, "Bx1.5")),
+    ("2x B, deadline order", _h100("run-e.json", "fp8-deadline", WORKLOAD_BX2, "Bx2")),
 )
-"""The H100 runs of issue 30 (`loadtest/results/gpu-deadline/`). The simulator has no H100 step profile: these replay
-them on the H200's device terms with a serving overhead fitted on `H100_FIT`, which absorbs both the H100's slower
-device and today's lighter engine process; the other eight runs test that one number out of sample."""
+"""The H100 runs of issue 30 (`loadtest/results/gpu-deadline/`), on the H100's own step profile with the serving
+overhead (the engine process's cost per sequence and step) fitted on `H100_FIT`; the other eight runs test that one
+number out of sample."""
 
 
 H100_KV_TOKENS = 74_896
@@ -102,8 +109,8 @@ def validation_cases() -> tuple[list[Case], float]:
     title, report, policy = AUTOSCALING_CASE
     cases.append(fullstack_case(title, report, policy, settings=SimSettings(startup_s=AUTOSCALING_STARTUP_S)))
     cases += [engine_case(title, run) for title, run in ENGINE_CASES]
-    cases.append(engine_case("H100 engine, 1.5x B, class order, the default profile (its serving overhead fitted on the "
-                             "H200 full stack with vLLM's budget processor)", H100_FIT))
+    cases.append(engine_case("H100 engine, 1.5x B, class order, the default profile (the H200's, its serving overhead "
+                             "fitted on the H200 full stack with vLLM's budget processor)", replace(H100_FIT, profile_path=None)))
     overhead = fit_engine_overhead(H100_FIT)
     cases += [engine_case(f"H100 engine, {title}, serving overhead {overhead * 1e6:.1f} us fitted on 1.5x B class order",
                           run, overhead) for title, run in H100_CASES]
@@ -121,14 +128,15 @@ def h100_predictions(overhead_s_per_seq: float) -> str:
     before the runs, so that they test it."""
     policy = load_policy(H200_7B)
     tier = policy.routing.reasoning_tier
-    profile = replace(profile_for(policy.tiers[tier]), overhead_s_per_seq=overhead_s_per_seq)
+    profile = replace(profile_for(policy.tiers[tier], H100_PROFILE), overhead_s_per_seq=overhead_s_per_seq)
     workload = json.loads(H100_PREDICTED.read_text())
     lines = [
         "# Forecast: the H100 runs prepared and not made yet", "",
         f"`{H100_PREDICTED.relative_to(ROOT)}` ({len(workload['requests']):,} requests: workload B's generator at "
         f"{workload['rate']:g} requests/s for {workload['duration_s']:g} s, seed {workload['seed']}) replayed through one "
-        f"simulated H100 engine: the H200's step profile with a serving overhead of {overhead_s_per_seq * 1e6:.1f} us per "
-        "sequence and step, fitted on the H100's 1.5x B class-order run (validation.md, the H100 cases), "
+        f"simulated H100 engine: the H100's step profile (`{H100_PROFILE.relative_to(ROOT)}`) with a serving overhead of "
+        f"{overhead_s_per_seq * 1e6:.1f} us per sequence and step, fitted on the H100's 1.5x B class-order run "
+        "(validation.md, the H100 cases), "
         f"{H100_KV_TOKENS:,} KV tokens (2 GiB FP8), each request its full budget. Written by `thinktier bench planner` "
         "before `scripts/gpu_deadline.sh` parts f, g and h ran.", "",
         "| order (part) | SLO met | easy TTFVT p50 / p99 s | medium TTFVT p50 / p99 s | hard E2E p50 / p90 s | unfinished |",

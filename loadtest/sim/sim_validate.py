@@ -173,6 +173,8 @@ class EngineRun:
     policy_path: Path
     step: str | None = None
     """The workload's name in the run (`--workload NAME=PATH`); the name inside the workload file when None."""
+    profile_path: Path | None = None
+    """The step profile of the card it ran on; the pool accelerator's default when None."""
 
     def replay(self, overhead_s_per_seq: float | None = None) -> tuple[dict[str, Any], EngineReplay]:
         """The run's own figures, and the simulator's on the same requests (with this serving overhead per sequence
@@ -183,7 +185,7 @@ class EngineRun:
         result = next(r for r in run["results"] if r["config"] == self.config and name in r["workloads"])
         policy = load_policy(self.policy_path)
         tier = policy.routing.reasoning_tier
-        profile = profile_for(policy.tiers[tier])
+        profile = profile_for(policy.tiers[tier], self.profile_path)
         if overhead_s_per_seq is not None:
             profile = replace(profile, overhead_s_per_seq=overhead_s_per_seq)
         sim = replay_engine(workload, policy, tier, profile, CONFIGS[self.config], run["drain_s"],

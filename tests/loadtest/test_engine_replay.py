@@ -11,9 +11,9 @@ import pytest
 from thinktier.cli.main import main
 from thinktier.loadtest.bench.gpu.gpu_configs import CONFIGS
 from thinktier.loadtest.bench.gpu.gpu_workload import BenchRequest, Workload
-from thinktier.loadtest.sim.sim_profile import profile_for
+from thinktier.loadtest.sim.sim_profile import HardwareProfile, profile_for
 from thinktier.loadtest.sim.sim_validate import EngineRun, engine_case, fit_engine_overhead, replay_engine
-from thinktier.policies.loader import load_policy
+from thinktier.policies.loader import load_policy, with_setting
 
 POLICY = Path(__file__).resolve().parents[2] / "policies" / "examples" / "h200-7b.yaml"
 KV_TOKENS = 40_000
@@ -74,3 +74,28 @@ def test_plan_takes_the_serving_overhead_and_refuses_a_negative_one(tmp_path: Pa
     assert main([*common, "--serving-overhead-us", "-1", "--out", str(tmp_path / "bad")]) == 2
     assert "--serving-overhead-us: -1 is negative" in capsys.readouterr().err
     assert not (tmp_path / "bad").exists()
+
+
+RESULTS = Path(__file__).resolve().parents[2] / "loadtest" / "results"
+
+
+def test_a_step_profile_file_carries_what_the_planner_needs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = RESULTS / "gpu-deadline" / "run-profile.json"
+    bare, whole = tmp_path / "bare.json", tmp_path / "whole.json"
+    step = ["bench", "gpu", "step-profile", str(run), "--config", "fp8-prio"]
+    assert main([*step, "--out", str(bare)]) == 0
+    with pytest.raises(ValueError, match="no 'geometry'"):
+        HardwareProfile.load(bare)
+    assert main([*step, "--geometry-from", str(bare), "--out", str(whole)]) == 2
+    assert "no 'geometry' to take" in capsys.readouterr().err
+    assert main([*step, "--geometry-from", str(RESULTS / "gpu" / "h200_step_profile.json"), "--device-memory-gib", "78.66",
+                 "--out", str(whole)]) == 0
+    profile = HardwareProfile.load(whole)
+    tier = with_setting(load_policy(POLICY), "tiers.reasoning.engine.kv_cache_memory_gib", "2").tiers["reasoning"]
+    assert profile.kv_tokens(tier) == 2 * 1024**3 // (2 * 28 * 4 * 128) and profile.device_memory_gib == 78.66
+    assert profile.step_s(256, 6000) > profile.step_s(1, 512) > 0
+
+
+def test_plan_refuses_a_step_profile_that_is_not_there(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--policy", str(POLICY), "--step-profile", str(tmp_path / "none.json"), "--out", str(tmp_path)]) == 2
+    assert "--step-profile: no such file" in capsys.readouterr().err

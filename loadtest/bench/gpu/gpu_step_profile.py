@@ -77,8 +77,20 @@ def step_profile_file(report: dict[str, Any], config: str) -> dict[str, Any]:
     }
 
 
-def write_step_profile(report_path: Path, config: str, out: Path) -> dict[str, Any]:
-    """Write the planner's data file (`step_profile_file`) of one configuration of a `run` report to `out`."""
+def write_step_profile(
+    report_path: Path, config: str, out: Path, geometry_from: Path | None = None, device_memory_gib: float | None = None
+) -> dict[str, Any]:
+    """Write the planner's data file (`step_profile_file`) of one configuration of a `run` report to `out`, with the
+    profiled model's geometry taken from another profile of the same model and one device's memory, where given (the
+    planner needs both: KV tokens per GiB, and KV sized by gpu_memory_utilization)."""
     data = step_profile_file(json.loads(report_path.read_text()), config)
+    if geometry_from is not None:
+        other = json.loads(geometry_from.read_text())
+        if "geometry" not in other:
+            raise ValueError(f"{geometry_from}: no 'geometry' to take")
+        data["geometry"] = other["geometry"]
+        data["geometry_source"] = f"{geometry_from.name}, a profile of the same model: {other.get('geometry_source', '')}"
+    if device_memory_gib is not None:
+        data["device_memory_gib"] = device_memory_gib
     out.write_text(json.dumps(data, indent=1) + "\n")
     return data
