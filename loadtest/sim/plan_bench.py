@@ -9,6 +9,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from thinktier.loadtest.bench.gpu.gpu_configs import CONFIGS
+from thinktier.loadtest.sim.engine_replay import replay_engine
 from thinktier.loadtest.sim.plan import PlanInputs, simulate
 from thinktier.loadtest.sim.sim_cluster import SimSettings
 from thinktier.loadtest.sim.sim_profile import DEFAULT_PROFILES, profile_for
@@ -19,7 +20,6 @@ from thinktier.loadtest.sim.sim_validate import (
     fit_engine_overhead,
     fullstack_case,
     markdown,
-    replay_engine,
 )
 from thinktier.loadtest.sim.sim_workload import WorkloadSpec
 from thinktier.loadtest.workload import Mix

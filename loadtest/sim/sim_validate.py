@@ -16,17 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from thinktier.loadtest.bench.fullstack.fullstack_compare import rebuilt
-from thinktier.loadtest.bench.gpu.gpu_configs import CONFIGS, BenchConfig, sent_priority
-from thinktier.loadtest.bench.gpu.gpu_results import class_summary
-from thinktier.loadtest.bench.gpu.gpu_workload import Workload
+from thinktier.loadtest.bench.gpu.gpu_configs import CONFIGS
 from thinktier.loadtest.report import Report
+from thinktier.loadtest.sim.engine_replay import EngineReplay, replay_engine
 from thinktier.loadtest.sim.plan import PlanInputs, simulate
 from thinktier.loadtest.sim.sim_cluster import SimSettings
-from thinktier.loadtest.sim.sim_profile import HardwareProfile, profile_for
-from thinktier.loadtest.sim.sim_replica import SimReplica, SimRequest
-from thinktier.loadtest.sim.sim_workload import TEMPLATE_TOKENS, WorkloadSpec
+from thinktier.loadtest.sim.sim_profile import profile_for
+from thinktier.loadtest.sim.sim_workload import WorkloadSpec
 from thinktier.policies.loader import load_policy
-from thinktier.policies.schema import Policy
 
 CLASSES = ("easy", "medium", "hard", "chat")
 
@@ -89,78 +86,6 @@ def fullstack_case(
         if cls in real_classes:
             figures += _class_figures(cls, real_classes[cls], sim_classes.get(cls, {}))
     return Case(name, "full stack", figures)
-
-
-def replay_engine(
-    workload: dict[str, Any], policy: Policy, tier: str, profile: HardwareProfile, config: BenchConfig, drain_s: float,
-    kv_tokens: int,
-) -> EngineReplay:
-    """A `thinktier bench gpu` workload through one simulated replica of `tier` with `kv_tokens` of KV cache, cut
-    `drain_s` after the last arrival, each request sent with the priority the bench gave it under `config`."""
-    engine = policy.tiers[tier].engine
-    replica = SimReplica(
-        "engine", profile, kv_tokens, engine.max_num_seqs, engine.max_num_batched_tokens or 8192,
-        config.scheduling_policy == "priority", policy.tiers[tier].stragglers,
-    )
-    requests = []
-    for item in Workload.from_json(workload).requests:
-        request = SimRequest(
-            item.index, item.difficulty, item.prompt_id, item.send_at_s, len(item.text) // 4 + TEMPLATE_TOKENS,
-            item.thinking_tokens, item.answer_tokens, sent_priority(config, policy, item, item.send_at_s),
-        )
-        replica.submit(request, request.arrival_s)
-        requests.append(request)
-    cut = workload["duration_s"] + drain_s
-    replica.advance_to(cut)
-    per_class = {}
-    for cls in ("easy", "medium", "hard"):
-        records = [_EngineRecord(r) for r in requests if r.request_class == cls]
-        per_class[cls] = class_summary(records, policy.slos[cls])  # type: ignore[arg-type]
-    ends = [r.end_s for r in requests if r.end_s is not None]
-    wall = max(ends, default=0.0) if len(ends) == len(requests) else cut
-    generated = sum(r.thinking_tokens + r.answer_tokens if r.end_s is not None else r.generated for r in requests)
-    return EngineReplay(per_class, generated / wall if wall > 0 else 0.0)
-
-
-@dataclass(frozen=True)
-class EngineReplay:
-    per_class: dict[str, dict[str, Any]]
-    """Per class, in the bench's own summary form."""
-    output_tokens_per_s: float
-    """Generated tokens over the time from the first send to the last finish, as the bench counts it."""
-
-
-@dataclass(frozen=True)
-class _EngineRecord:
-    """A simulated request in the shape `gpu_results.class_summary` reads."""
-
-    request: SimRequest
-
-    @property
-    def difficulty(self) -> str:
-        return self.request.request_class
-
-    @property
-    def e2e_s(self) -> float | None:
-        return None if self.request.end_s is None else self.request.end_s - self.request.arrival_s
-
-    @property
-    def ttft_s(self) -> float | None:
-        r = self.request
-        return None if r.first_token_s is None else r.first_token_s - r.arrival_s
-
-    @property
-    def ttfvt_s(self) -> float | None:
-        r = self.request
-        return None if r.first_answer_s is None else r.first_answer_s - r.arrival_s
-
-    @property
-    def reasoning_tokens(self) -> int:
-        return self.request.thinking_tokens
-
-    @property
-    def answer_tokens(self) -> int:
-        return self.request.answer_tokens
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,9 @@ import pytest
 from thinktier.cli.main import main
 from thinktier.loadtest.bench.gpu.gpu_configs import CONFIGS
 from thinktier.loadtest.bench.gpu.gpu_workload import BenchRequest, Workload
+from thinktier.loadtest.sim.engine_replay import replay_engine
 from thinktier.loadtest.sim.sim_profile import HardwareProfile, profile_for
-from thinktier.loadtest.sim.sim_validate import EngineRun, engine_case, fit_engine_overhead, replay_engine
+from thinktier.loadtest.sim.sim_validate import EngineRun, engine_case, fit_engine_overhead
 from thinktier.policies.loader import load_policy, with_setting
 
 POLICY = Path(__file__).resolve().parents[2] / "policies" / "examples" / "h200-7b.yaml"
@@ -99,3 +100,25 @@ def test_a_step_profile_file_carries_what_the_planner_needs(tmp_path: Path, caps
 def test_plan_refuses_a_step_profile_that_is_not_there(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plan", "--policy", str(POLICY), "--step-profile", str(tmp_path / "none.json"), "--out", str(tmp_path)]) == 2
     assert "--step-profile: no such file" in capsys.readouterr().err
+
+
+def test_simulate_writes_a_report_that_reads_like_a_gpu_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    workload = tmp_path / "w.json"
+    workload.write_text(json.dumps(_workload().to_json()))
+    out = tmp_path / "sim.json"
+    base = ["bench", "gpu", "simulate", "--policy", str(POLICY), "--workload", f"W={workload}", "--drain-s", "300",
+            "--kv-cache-gib", "0.2"]
+    assert main([*base, "--config", "fp8:W", "--config", "fp8-prio:W", "--serving-overhead-us", "15", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    report = json.loads(out.read_text())
+    assert "simulated: step profile h200_step_profile, serving overhead 15.0 us" in report["gpu"]
+    fcfs, prio = (r["workloads"]["W"] for r in report["results"])
+    assert fcfs["sent"] == prio["sent"] == 80 and fcfs["finished"] == 80 and 0 < fcfs["kv_occupancy_peak"] <= 1
+    assert prio["per_class"]["easy"]["ttfvt_s"]["p99"] < fcfs["per_class"]["easy"]["ttfvt_s"]["p99"]
+    assert main(["bench", "gpu", "table", str(out)]) == 0
+    assert capsys.readouterr().out == printed.split("wrote ")[0]
+    for bad, message in (("fp8-offload:W", "models no KV offload"), ("fp8:W,profile", "measures no step profile"),
+                         ("fp8:X", "")):
+        assert main([*base, "--config", bad, "--out", str(tmp_path / "bad.json")]) == 2
+        assert message in capsys.readouterr().err
+    assert not (tmp_path / "bad.json").exists()
