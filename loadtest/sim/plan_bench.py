@@ -80,6 +80,14 @@ overhead (the engine process's cost per sequence and step) fitted on `H100_FIT`;
 number out of sample."""
 
 
+H100_MATRIX = RESULTS / "gpu-matrix"
+H100_MATRIX_RUNS = (("one-pool-budgets", (0, 1, 2)), ("tiered", (0, 1, 2)), ("tiered-no-degradation", (0,)),
+                    ("tiered-lending", (0,)))
+"""Issue 32's matrix on one H100 (`loadtest/results/gpu-matrix/`): full-stack runs of today's stack, replayed on the
+H100 profile with the serving overhead fitted on the bare engine (`H100_FIT`): nothing fitted on them. The one-pool
+target kept only its summary."""
+
+
 H100_KV_TOKENS = 74_896
 """2 GiB of FP8 KV of the 7B geometry: what every H100 run above held."""
 H100_PREDICTED = GPU_DEADLINE / "workload-Bx1.5-120s.json"
@@ -114,6 +122,13 @@ def validation_cases() -> tuple[list[Case], float]:
     overhead = fit_engine_overhead(H100_FIT)
     cases += [engine_case(f"H100 engine, {title}, serving overhead {overhead * 1e6:.1f} us fitted on 1.5x B class order",
                           run, overhead) for title, run in H100_CASES]
+    cases += [
+        fullstack_case(f"H100 x1 full stack, issue 32's matrix, {target}, seed {seed} (H100 profile, the engine's "
+                       f"{overhead * 1e6:.1f} us)", H100_MATRIX / target / f"seed-{seed}" / "report.json",
+                       H100_MATRIX / target / "policy.yaml", profile_path=H100_PROFILE, overhead_s_per_seq=overhead,
+                       lending=target == "tiered-lending")
+        for target, seeds in H100_MATRIX_RUNS for seed in seeds
+    ]
     if DEFAULT_PROFILES["cpu"].exists():
         cases += [
             fullstack_case(title, COMPARE / name / "report.json", EXAMPLES / policy, f"recorded:{COMPARE / name / n}")

@@ -71,13 +71,20 @@ def recorded_report(report_path: Path) -> Report:
 
 
 def fullstack_case(
-    name: str, report_path: Path, policy_path: Path, lengths: str = "budget", settings: SimSettings | None = None
+    name: str, report_path: Path, policy_path: Path, lengths: str = "budget", settings: SimSettings | None = None,
+    profile_path: Path | None = None, overhead_s_per_seq: float | None = None, lending: bool = False,
 ) -> Case:
-    """A recorded load test against thinktier, replayed through the simulated cluster. Every recorded run predates
-    tiers that lend capacity, so the policy is replayed without its lending rules, as it ran."""
+    """A recorded load test against thinktier, replayed through the simulated cluster, its GPU tiers on `profile_path`
+    (the pool accelerator's default when None) with this serving overhead (the profile's when None). The policy is
+    replayed without its lending rules unless `lending` (runs made before tiers lent capacity ran without them)."""
     real = recorded_report(report_path)
-    policy = load_policy(policy_path).model_copy(update={"lending": []})
-    inputs = PlanInputs(policy, WorkloadSpec.from_report(report_path), lengths, settings or SimSettings())
+    policy = load_policy(policy_path)
+    if not lending:
+        policy = policy.model_copy(update={"lending": []})
+    profiles = None if profile_path is None else {
+        name: profile_path for name, tier in policy.tiers.items() if tier.pool.accelerator == "gpu"}
+    inputs = PlanInputs(policy, WorkloadSpec.from_report(report_path), lengths, settings or SimSettings(), profiles,
+                        overhead_s_per_seq)
     result = simulate(inputs)
     real_classes, sim_classes = _report_classes(real), _report_classes(result.report)
     figures = [Figure("goodput req/s", real.runs[0].goodput_rps, result.run.goodput_rps),
