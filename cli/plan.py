@@ -100,7 +100,7 @@ def _plan(args: argparse.Namespace) -> int:
             print(exc, file=sys.stderr)
             return 1
         for value, result in rows:
-            plan.write(result, out / f"{knob}={value}", f"{knob}={value}", args.device_hour_usd)
+            plan.write(result, out / f"{knob}={value}", f"{knob}={value}", args.device_hour_usd, args.requests)
         print(plan.sweep_markdown(knob, rows, args.device_hour_usd), end="")
         (out / "sweep.md").write_text(plan.sweep_markdown(knob, rows, args.device_hour_usd))
         return 0
@@ -111,7 +111,7 @@ def _plan(args: argparse.Namespace) -> int:
     else:
         result = plan.simulate(inputs)
         title = f"{args.policy}"
-    paths = plan.write(result, out, title, args.device_hour_usd)
+    paths = plan.write(result, out, title, args.device_hour_usd, args.requests)
     print(f"{title}: goodput {result.run.goodput_rps:.2f} req/s, SLO attainment {plan.slo_attainment(result):.3f}, "
           f"simulated {result.sim.end_s:.0f} s in {result.wall_s:.1f} s; wrote {', '.join(p.name for p in paths)} to {out}")
     return 0
@@ -177,5 +177,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "workload gives the run's output tokens per second; prints it")
     p.add_argument("--out", type=Path, default=Path("loadtest/results/plan"),
                    help="output folder (default loadtest/results/plan)")
+    p.add_argument("--requests", action="store_true",
+                   help="also write the load test's own report.json, report.md and requests.jsonl (every simulated "
+                   "request): `thinktier loadtest compare --summarize` reads plans laid out as TARGET/seed-S/ as it reads "
+                   "load tests")
     p.set_defaults(func=_plan)
 

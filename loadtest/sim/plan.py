@@ -231,8 +231,11 @@ def markdown(result: PlanResult, title: str, device_hour_usd: float) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write(result: PlanResult, out: Path, title: str, device_hour_usd: float) -> list[Path]:
+def write(result: PlanResult, out: Path, title: str, device_hour_usd: float, with_requests: bool = False) -> list[Path]:
+    """plan.json, plan.md and the plots; with `with_requests` also the load test's own report.json, report.md and
+    requests.jsonl (every simulated request), which `thinktier loadtest compare --summarize` reads."""
     from thinktier.loadtest import plots  # lazily: matplotlib is slow to import
+    from thinktier.loadtest.report import write as write_load_test
 
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / "plan.json", out / "plan.md", out / "plan_timeline.png", out / "plan_latency_cdf.png"]
@@ -240,6 +243,8 @@ def write(result: PlanResult, out: Path, title: str, device_hour_usd: float) -> 
     paths[1].write_text(markdown(result, title, device_hour_usd))
     plots.plan_timeline(result.sim.timeline, paths[2])
     plots.latency_cdfs(result.record, paths[3])
+    if with_requests:
+        paths += write_load_test(result.report, [result.record], out)
     return paths
 
 

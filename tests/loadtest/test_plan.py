@@ -248,3 +248,18 @@ def test_bursty_reasoning_load_has_the_published_shape() -> None:
     peak = max(p.running for p in reasoning)
     tail = [p for p in reasoning if p.t_s > spec.duration_s and 0 < p.running <= 0.25 * peak]
     assert any(p.stragglers >= p.running / 2 for p in tail)  # the last few running requests are stragglers
+
+
+def test_plans_laid_out_as_a_compare_folder_are_summarized_like_load_tests(tmp_path: Path) -> None:
+    for target, knob in (("one-pool", "priority"), ("fcfs-pool", "fcfs")):
+        (tmp_path / target).mkdir()
+        (tmp_path / target / "target.json").write_text(json.dumps({"kind": "simulated", "policy": str(ONEPOOL), "what": knob}))
+        for seed in ("0", "1"):
+            assert main(["plan", "--policy", str(ONEPOOL), "--set", f"tiers.reasoning.engine.scheduling_policy={knob}",
+                         "--rate", "2", "--duration", "10", "--seed", seed, "--no-autoscale", "--requests",
+                         "--out", str(tmp_path / target / f"seed-{seed}")]) == 0
+    written = {p.name for p in (tmp_path / "one-pool" / "seed-0").iterdir()}
+    assert {"plan.json", "report.json", "requests.jsonl"} <= written
+    assert main(["loadtest", "compare", "--summarize", str(tmp_path), "--baseline", "one-pool"]) == 0
+    text = (tmp_path / "compare.md").read_text()
+    assert "over seeds 0, 1" in text and "| one-pool | fcfs-pool |" in text
