@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from thinktier.cli.args import policy_setting
+from thinktier.cli.args import engine_timing_error, policy_setting
 from thinktier.cli.bench_economy import add_economy
 from thinktier.cli.bench_frontdoor import add_frontdoor
 from thinktier.cli.bench_fullstack import add_fullstack
@@ -107,10 +107,8 @@ def _gpu_simulate(args: argparse.Namespace) -> int:
         policy = load_policy_with(Path(args.policy), args.set)
         workloads = read_workloads(args.workload)
         plan = parse_plan(args.config, workloads)
-        if args.serving_overhead_us is not None and args.serving_overhead_us < 0:
-            raise ValueError(f"--serving-overhead-us: {args.serving_overhead_us:g} is negative; give 0 or more microseconds")
-        if args.step_profile is not None and not args.step_profile.is_file():
-            raise ValueError(f"--step-profile: no such file {args.step_profile}")
+        if (timing_error := engine_timing_error(args.step_profile, args.serving_overhead_us)) is not None:
+            raise ValueError(timing_error)
         profile = profile_for(policy.tiers[policy.routing.reasoning_tier], args.step_profile)
         if args.serving_overhead_us is not None:
             profile = replace(profile, overhead_s_per_seq=args.serving_overhead_us * 1e-6)
@@ -122,8 +120,7 @@ def _gpu_simulate(args: argparse.Namespace) -> int:
     report = {
         "command": " ".join(["thinktier", *sys.argv[1:]]), "policy": args.policy, "model": "simulated", "load_format": "-",
         "kv_cache_gib": args.kv_cache_gib, "drain_s": args.drain_s, "gpu": device,
-        "workloads": {n: {k: v for k, v in w.to_json().items() if k != "requests"} | {"requests": len(w.requests)}
-                      for n, w in workloads.items()},
+        "workloads": {n: w.header() for n, w in workloads.items()},
         "results": results,
     }
     out = Path(args.out)

@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from thinktier.cli.args import policy_setting
+from thinktier.cli.args import engine_timing_error, policy_setting
 from thinktier.cli.loadtest import DEFAULT_MIX, _mix, _positive
 from thinktier.loadtest.workload import Mix
 from thinktier.policies.loader import PolicyError, load_policy_with
@@ -54,6 +54,7 @@ def _top_level_split(text: str) -> list[str]:
 def _plan(args: argparse.Namespace) -> int:
     from thinktier.loadtest.sim import plan  # lazily: numpy, the classifier and Ray's router module
     from thinktier.loadtest.sim.sim_cluster import SimSettings
+    from thinktier.loadtest.sim.sim_profile import gpu_tier_profiles
     from thinktier.loadtest.sim.sim_workload import WorkloadSpec
 
     try:
@@ -73,16 +74,12 @@ def _plan(args: argparse.Namespace) -> int:
                                 args.diurnal_amplitude, args.diurnal_period)
     settings = SimSettings(tick_s=args.tick, startup_s=args.startup, drain_s=args.drain, autoscale=not args.no_autoscale,
                            replicas=args.replicas)
-    if args.serving_overhead_us is not None and args.serving_overhead_us < 0:
-        print(f"--serving-overhead-us: {args.serving_overhead_us:g} is negative; give 0 or more microseconds", file=sys.stderr)
+    if (timing_error := engine_timing_error(args.step_profile, args.serving_overhead_us)) is not None:
+        print(timing_error, file=sys.stderr)
         return 2
     overhead = None if args.serving_overhead_us is None else args.serving_overhead_us * 1e-6
-    if args.step_profile is not None and not args.step_profile.is_file():
-        print(f"--step-profile: no such file {args.step_profile}", file=sys.stderr)
-        return 2
-    profiles = None if args.step_profile is None else {
-        name: args.step_profile for name, tier in policy.tiers.items() if tier.pool.accelerator == "gpu"}
-    inputs = plan.PlanInputs(policy, workload, args.lengths, settings, profiles, overhead)
+    inputs = plan.PlanInputs(policy, workload, args.lengths, settings, gpu_tier_profiles(policy.tiers, args.step_profile),
+                             overhead)
     out = args.out
     if args.calibrate is not None:
         from thinktier.loadtest.report import Report

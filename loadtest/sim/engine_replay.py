@@ -51,22 +51,22 @@ class EngineReplay:
 
 
 def replay_engine(
-    workload: dict[str, Any], policy: Policy, tier: str, profile: HardwareProfile, config: BenchConfig, drain_s: float,
+    workload: Workload, policy: Policy, tier: str, profile: HardwareProfile, config: BenchConfig, drain_s: float,
     kv_tokens: int,
 ) -> EngineReplay:
-    """`workload` (a `thinktier bench gpu workload` file) through one simulated replica of `tier` with `kv_tokens` of
-    KV cache, cut `drain_s` after the last arrival."""
+    """`workload` through one simulated replica of `tier` with `kv_tokens` of KV cache, cut `drain_s` after the last
+    arrival."""
     engine = policy.tiers[tier].engine
     replica = SimReplica(
         "engine", profile, kv_tokens, engine.max_num_seqs, engine.max_num_batched_tokens or 8192,
         config.scheduling_policy == "priority", policy.tiers[tier].stragglers,
     )
-    arrivals = sorted(Workload.from_json(workload).requests, key=lambda r: r.send_at_s)
+    arrivals = sorted(workload.requests, key=lambda r: r.send_at_s)
     requests: list[SimRequest] = []
     kv: list[float] = []
-    cut = workload["duration_s"] + drain_s
+    cut = workload.duration_s + drain_s
     t, i = 0.0, 0
-    while t <= cut and (i < len(arrivals) or any(r.end_s is None for r in requests)):
+    while t <= cut and len(replica.finished) < len(arrivals):
         while i < len(arrivals) and arrivals[i].send_at_s <= t:
             item = arrivals[i]
             request = SimRequest(
@@ -143,7 +143,7 @@ def simulate_bench(
         result: dict[str, Any] = {"config": name, "description": config.description, "kv_capacity_tokens": kv_tokens,
                                   "workloads": {}}
         for step in steps:
-            replay = replay_engine(workloads[step].to_json(), policy, tier, profile, config, drain_s, kv_tokens)
+            replay = replay_engine(workloads[step], policy, tier, profile, config, drain_s, kv_tokens)
             result["workloads"][step] = replay.summary(workloads[step].duration_s)
         results.append(result)
     return results

@@ -9,6 +9,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from thinktier.loadtest.bench.gpu.gpu_configs import CONFIGS
+from thinktier.loadtest.bench.gpu.gpu_workload import Workload
 from thinktier.loadtest.sim.engine_replay import replay_engine
 from thinktier.loadtest.sim.plan import PlanInputs, simulate
 from thinktier.loadtest.sim.sim_cluster import SimSettings
@@ -144,11 +145,11 @@ def h100_predictions(overhead_s_per_seq: float) -> str:
     policy = load_policy(H200_7B)
     tier = policy.routing.reasoning_tier
     profile = replace(profile_for(policy.tiers[tier], H100_PROFILE), overhead_s_per_seq=overhead_s_per_seq)
-    workload = json.loads(H100_PREDICTED.read_text())
+    workload = Workload.from_json(json.loads(H100_PREDICTED.read_text()))
     lines = [
         "# Forecast: the H100 runs prepared and not made yet", "",
-        f"`{H100_PREDICTED.relative_to(ROOT)}` ({len(workload['requests']):,} requests: workload B's generator at "
-        f"{workload['rate']:g} requests/s for {workload['duration_s']:g} s, seed {workload['seed']}) replayed through one "
+        f"`{H100_PREDICTED.relative_to(ROOT)}` ({len(workload.requests):,} requests: workload B's generator at "
+        f"{workload.rate:g} requests/s for {workload.duration_s:g} s, seed {workload.seed}) replayed through one "
         f"simulated H100 engine: the H100's step profile (`{H100_PROFILE.relative_to(ROOT)}`) with a serving overhead of "
         f"{overhead_s_per_seq * 1e6:.1f} us per sequence and step, fitted on the H100's 1.5x B class-order run "
         "(validation.md, the H100 cases), "
@@ -162,7 +163,7 @@ def h100_predictions(overhead_s_per_seq: float) -> str:
         met = sum(c["met_slo"] for c in sim.values())
         unfinished = sum(c["sent"] - c["finished"] for c in sim.values())
         easy, medium, hard = sim["easy"]["ttfvt_s"], sim["medium"]["ttfvt_s"], sim["hard"]["e2e_s"]
-        lines.append(f"| {order} ({part}, drain {drain_s:g} s) | {met:,} of {len(workload['requests']):,} | "
+        lines.append(f"| {order} ({part}, drain {drain_s:g} s) | {met:,} of {len(workload.requests):,} | "
                      f"{_s(easy['p50'])} / {_s(easy['p99'])} | {_s(medium['p50'])} / {_s(medium['p99'])} | "
                      f"{_s(hard['p50'])} / {_s(hard['p90'])} | {unfinished} |")
     return "\n".join(lines) + "\n"

@@ -99,5 +99,10 @@ class HardwareProfile:
         )
 
 
+def gpu_tier_profiles(tiers: dict[str, Tier], profile: Path | None) -> dict[str, Path] | None:
+    """`profile` for every GPU tier of `tiers` (`PlanInputs.profiles`); None (each pool's default) without one."""
+    return None if profile is None else {name: profile for name, tier in tiers.items() if tier.pool.accelerator == "gpu"}
+
+
 def profile_for(tier: Tier, override: Path | None = None) -> HardwareProfile:
     return HardwareProfile.load(override or DEFAULT_PROFILES[tier.pool.accelerator])

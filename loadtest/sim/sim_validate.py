@@ -12,16 +12,18 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from thinktier.loadtest.bench.fullstack.fullstack_compare import rebuilt
 from thinktier.loadtest.bench.gpu.gpu_configs import CONFIGS
+from thinktier.loadtest.bench.gpu.gpu_workload import Workload
 from thinktier.loadtest.report import Report
 from thinktier.loadtest.sim.engine_replay import EngineReplay, replay_engine
 from thinktier.loadtest.sim.plan import PlanInputs, simulate
 from thinktier.loadtest.sim.sim_cluster import SimSettings
-from thinktier.loadtest.sim.sim_profile import profile_for
+from thinktier.loadtest.sim.sim_profile import gpu_tier_profiles, profile_for
 from thinktier.loadtest.sim.sim_workload import WorkloadSpec
 from thinktier.policies.loader import load_policy
 
@@ -81,10 +83,8 @@ def fullstack_case(
     policy = load_policy(policy_path)
     if not lending:
         policy = policy.model_copy(update={"lending": []})
-    profiles = None if profile_path is None else {
-        name: profile_path for name, tier in policy.tiers.items() if tier.pool.accelerator == "gpu"}
-    inputs = PlanInputs(policy, WorkloadSpec.from_report(report_path), lengths, settings or SimSettings(), profiles,
-                        overhead_s_per_seq)
+    inputs = PlanInputs(policy, WorkloadSpec.from_report(report_path), lengths, settings or SimSettings(),
+                        gpu_tier_profiles(policy.tiers, profile_path), overhead_s_per_seq)
     result = simulate(inputs)
     real_classes, sim_classes = _report_classes(real), _report_classes(result.report)
     figures = [Figure("goodput req/s", real.runs[0].goodput_rps, result.run.goodput_rps),
@@ -108,31 +108,35 @@ class EngineRun:
     profile_path: Path | None = None
     """The step profile of the card it ran on; the pool accelerator's default when None."""
 
-    def replay(self, overhead_s_per_seq: float | None = None) -> tuple[dict[str, Any], EngineReplay]:
-        """The run's own figures, and the simulator's on the same requests (with this serving overhead per sequence
-        and step in place of the profile's, where given)."""
+    @cached_property
+    def recorded(self) -> tuple[dict[str, Any], Workload, int, float]:
+        """The run's own figures for this workload, the workload, the engine's KV tokens and the run's drain."""
         run = json.loads(self.run_path.read_text())
-        workload = json.loads(self.workload_path.read_text())
-        name = self.step or workload["name"]
+        workload = Workload.from_json(json.loads(self.workload_path.read_text()))
+        name = self.step or workload.name
         result = next(r for r in run["results"] if r["config"] == self.config and name in r["workloads"])
+        return result["workloads"][name], workload, result["kv_capacity_tokens"], run["drain_s"]
+
+    def replay(self, overhead_s_per_seq: float | None = None) -> EngineReplay:
+        """The simulator on the run's requests (with this serving overhead per sequence and step in place of the
+        profile's, where given)."""
+        _, workload, kv_tokens, drain_s = self.recorded
         policy = load_policy(self.policy_path)
         tier = policy.routing.reasoning_tier
         profile = profile_for(policy.tiers[tier], self.profile_path)
         if overhead_s_per_seq is not None:
             profile = replace(profile, overhead_s_per_seq=overhead_s_per_seq)
-        sim = replay_engine(workload, policy, tier, profile, CONFIGS[self.config], run["drain_s"],
-                            result["kv_capacity_tokens"])
-        return result["workloads"][name], sim
+        return replay_engine(workload, policy, tier, profile, CONFIGS[self.config], drain_s, kv_tokens)
 
 
 def engine_case(name: str, run: EngineRun, overhead_s_per_seq: float | None = None) -> Case:
     """A recorded bare-engine run replayed through one simulated replica."""
-    real, sim = run.replay(overhead_s_per_seq)
-    duration = json.loads(run.workload_path.read_text())["duration_s"]
-    figures = [Figure("goodput req/s", real["goodput_rps"], sum(c["met_slo"] for c in sim.per_class.values()) / duration),
-               Figure("output tok/s", real["output_tokens_per_s"], sim.output_tokens_per_s)]
+    real, workload, _, _ = run.recorded
+    sim = run.replay(overhead_s_per_seq).summary(workload.duration_s)
+    figures = [Figure("goodput req/s", real["goodput_rps"], sim["goodput_rps"]),
+               Figure("output tok/s", real["output_tokens_per_s"], sim["output_tokens_per_s"])]
     for cls in ("easy", "medium", "hard"):
-        r, s = real["per_class"][cls], sim.per_class[cls]
+        r, s = real["per_class"][cls], sim["per_class"][cls]
         figures += [
             Figure(f"{cls} finished", r["finished"], s["finished"]),
             Figure(f"{cls} TTFVT p50 s", r["ttfvt_s"]["p50"], s["ttfvt_s"]["p50"]),
@@ -144,11 +148,11 @@ def engine_case(name: str, run: EngineRun, overhead_s_per_seq: float | None = No
 def fit_engine_overhead(run: EngineRun, iterations: int = 14) -> float:
     """The serving overhead per sequence and step at which the replayed run's output tokens per second match the
     recorded ones (bisection; use a run that kept the engine busy, or throughput says nothing)."""
-    target = run.replay()[0]["output_tokens_per_s"]
+    target = run.recorded[0]["output_tokens_per_s"]
     low, high = 0.0, 1e-3
     for _ in range(iterations):
         middle = (low + high) / 2
-        if run.replay(middle)[1].output_tokens_per_s > target:
+        if run.replay(middle).output_tokens_per_s > target:
             low = middle
         else:
             high = middle

@@ -39,7 +39,7 @@ def _recorded_run(tmp_path: Path, overhead_s_per_seq: float) -> EngineRun:
     policy = load_policy(POLICY)
     tier = policy.routing.reasoning_tier
     profile = replace(profile_for(policy.tiers[tier]), overhead_s_per_seq=overhead_s_per_seq)
-    sim = replay_engine(workload.to_json(), policy, tier, profile, CONFIGS["fp8-prio"], 120.0, KV_TOKENS)
+    sim = replay_engine(workload, policy, tier, profile, CONFIGS["fp8-prio"], 120.0, KV_TOKENS)
     met = sum(c["met_slo"] for c in sim.per_class.values())
     figures = {"output_tokens_per_s": sim.output_tokens_per_s, "goodput_rps": met / workload.duration_s,
                "per_class": sim.per_class}
@@ -60,7 +60,7 @@ def test_the_fitted_serving_overhead_is_the_one_that_made_the_run(tmp_path: Path
 
 def test_a_heavier_engine_process_slows_the_replayed_run(tmp_path: Path) -> None:
     run = _recorded_run(tmp_path, 30e-6)
-    light, heavy = run.replay(10e-6)[1], run.replay(100e-6)[1]
+    light, heavy = run.replay(10e-6), run.replay(100e-6)
     assert heavy.output_tokens_per_s < light.output_tokens_per_s
     assert heavy.per_class["hard"]["e2e_s"]["p50"] > light.per_class["hard"]["e2e_s"]["p50"]
 

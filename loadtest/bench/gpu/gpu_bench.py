@@ -233,10 +233,7 @@ def run(
         "kv_cache_gib": settings.kv_cache_gib,
         "drain_s": settings.drain_s,
         "gpu": device_name(on_gpu),
-        "workloads": {
-            n: {k: v for k, v in w.to_json().items() if k != "requests"} | {"requests": len(w.requests)}
-            for n, w in workloads.items()
-        },
+        "workloads": {n: w.header() for n, w in workloads.items()},
         "results": [],
     }
     for name, steps in plan:

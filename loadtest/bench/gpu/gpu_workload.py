@@ -46,6 +46,10 @@ class Workload:
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
+    def header(self) -> dict[str, Any]:
+        """What a report records of the workload: everything but its requests, which it counts."""
+        return {k: v for k, v in self.to_json().items() if k != "requests"} | {"requests": len(self.requests)}
+
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Workload:
         requests = tuple(BenchRequest(**r) for r in data["requests"])
