@@ -23,8 +23,9 @@ from thinktier.deployments.tier.models import resolve_model
 from thinktier.loadtest.client import RequestOptions
 from thinktier.policies.schema import Policy, Tier
 
-THINKTIER_ONLY_ENGINE_ARGS = ("model", "scheduling_policy")
-"""Not passed on: Ray Serve LLM names the model itself, and it sets no request priorities to schedule by."""
+THINKTIER_ONLY_ENGINE_ARGS = ("model", "scheduling_policy", "scheduler_cls")
+"""Not passed on: Ray Serve LLM names the model itself, sets no request priorities to schedule by, and runs vLLM's
+scheduler as it ships (thinktier's only adds each request's preemption count to its output)."""
 PEER_MODEL_ID = "ray-llm"
 """The name Ray Serve LLM serves the model under."""
 PEER_READY_LINE = "Ray Serve LLM serves"

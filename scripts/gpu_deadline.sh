@@ -37,8 +37,9 @@
 # (loadtest/results/plan-deadline/matched-B/): Bx1.5's generator for 120 s instead of 30 (1,465 requests),
 #   thinktier bench gpu workload --policy policies/examples/h200-7b.yaml --name Bx1.5-120s --rate 12 --duration 120 \
 #     --seed 1 --languages en --out loadtest/results/gpu-deadline/workload-Bx1.5-120s.json
-# PART f: the class order, g: the deadline order, 300 s of drain (about 8 minutes a part); h: FCFS, 400 s of drain
-# (about 9.5 minutes: its backlog is the deepest).
+# PART f: the class order, g: the deadline order, 300 s of drain (about 8 minutes a part); h: FCFS, 360 s of drain
+# (about 9 minutes: a fresh engine starts in 35-50 s on a warm machine, 115 s on a cold one, and a call has 600 s). The
+# engine replay finishes all three near 300 s after the last arrival (`bench gpu simulate`, h100_step_profile.json).
 set -u
 part=${1:?usage: bash scripts/gpu_deadline.sh a|b|c|d|e|f|g|h}
 B=loadtest/results/gpu/workload-B.json
@@ -55,7 +56,7 @@ case "$part" in
   e) plan=(--workload "Bx1.5=$B15" --workload "Bx2=$B20" --config fp8-deadline:Bx1.5,Bx2) ;;
   f) plan=(--workload "Bx1.5-120s=$B15L" --config fp8-prio:Bx1.5-120s); drain=300 ;;
   g) plan=(--workload "Bx1.5-120s=$B15L" --config fp8-deadline:Bx1.5-120s); drain=300 ;;
-  h) plan=(--workload "Bx1.5-120s=$B15L" --config fp8:Bx1.5-120s); drain=400 ;;
+  h) plan=(--workload "Bx1.5-120s=$B15L" --config fp8:Bx1.5-120s); drain=360 ;;
   *) echo "GPU_DEADLINE_UNKNOWN_PART: $part (a to h)"; exit 3 ;;
 esac
 python3 -c "import vllm" 2>/dev/null || { echo "GPU_DEADLINE_NOT_STAGED: see this script's header"; exit 3; }

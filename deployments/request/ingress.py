@@ -151,6 +151,8 @@ class _Request:
         m.answer_tokens.labels(tier).observe(last.answer_tokens)
         if last.budget_forced:
             m.budget_forced.labels(tier).inc()
+        if last.preemptions:
+            m.preemptions.labels(tier, self.decision.difficulty).inc(last.preemptions)
         if last.economy is not None:
             m.economy(tier, last.economy)
 

@@ -145,6 +145,10 @@ class ServiceMetrics:
         self.budget_forced = Counter(
             f"{PREFIX}budget_forced_endings", "Requests whose thinking was closed by the budget.", ["tier"], registry=r
         )
+        self.preemptions = Counter(
+            f"{PREFIX}request_preemptions", "Times the engine preempted requests, by tier and difficulty class (each paid "
+            "by a recompute, or a load from host memory, on resume).", ["tier", "difficulty"], registry=r,
+        )
         self.samples_started = Counter(
             f"{PREFIX}samples_started", "Self-consistency samples started (requests with samples > 1).", ["tier"], registry=r
         )

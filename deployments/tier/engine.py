@@ -15,6 +15,7 @@ from thinktier.deployments.tier.certainty import CertaintyTracker, probe_answer,
 from thinktier.deployments.tier.kv_offload import CONNECTOR, CONNECTOR_MODULE, HOST_BYTES, KV_ROLE
 from thinktier.deployments.tier.kv_offload.planner import COUNTER_PREFIX, LOAD_BYTES, STORE_BYTES
 from thinktier.deployments.tier.models import resolve_model
+from thinktier.deployments.tier.preemption_count import SCHEDULER, preemptions_of
 from thinktier.deployments.tier.prompts import normalize_messages
 from thinktier.deployments.tier.protocol import Economy, PromptTooLong, TierChunk, TierRequest
 from thinktier.deployments.tier.replica_stats import ReplicaStats
@@ -43,6 +44,8 @@ class _Running:
     difficulty: DifficultyClass
     borrowed: bool = False
     thinking_tokens: int = 0
+    preemptions: int = 0
+    """Times the engine preempted this request's decodes so far (the thinking and the answer decode)."""
 
 
 FP8_KV_DTYPES = ("fp8", "fp8_e4m3", "fp8_e5m2")
@@ -100,6 +103,7 @@ def engine_kwargs(tier: Tier, model_path: str) -> dict[str, Any]:
         "gpu_memory_utilization": engine.gpu_memory_utilization,
         "load_format": engine.load_format,
         "disable_log_stats": False,
+        "scheduler_cls": SCHEDULER,  # vLLM's own scheduler, reporting each request's preemptions
     }
     if engine.kv_cache_memory_gib is not None:
         kwargs["kv_cache_memory_bytes"] = int(engine.kv_cache_memory_gib * GIB)
@@ -320,6 +324,7 @@ class TierEngine:
                 async for chunk in self._decode(request, continuation, limits, f"{request.request_id}-answer", split, running):
                     yield chunk
             totals = split.totals(len(prompt_ids))
+            totals.preemptions = running.preemptions
             if certainty is not None:
                 totals.economy = Economy(
                     early_stop="certainty" if certain else None, probes=certainty.probes,
@@ -341,6 +346,8 @@ class TierEngine:
             async for output in stream:
                 self._last_output_at = time.monotonic()
                 ended = output.finished
+                if ended:
+                    running.preemptions += preemptions_of(output)
                 completion = output.outputs[0]
                 chunk = split.feed(
                     list(completion.token_ids), completion.text, self._decode_text, time.monotonic() - running.started,

@@ -114,6 +114,9 @@ class TierChunk:
     """On the last chunk: seconds from the engine taking the request to its first answer token."""
     economy: Economy | None = None
     """On the last chunk: what self-consistency and early stopping did (None when neither ran)."""
+    preemptions: int = 0
+    """On the last chunk: times the engine preempted the request (every sample's decodes), each paid by a recompute
+    or a load from host memory on resume."""
 
     @classmethod
     def joined(cls, chunks: Iterable[TierChunk]) -> TierChunk:
@@ -132,6 +135,7 @@ class TierChunk:
             first_token_s=last.first_token_s,
             first_visible_s=last.first_visible_s,
             economy=last.economy,
+            preemptions=last.preemptions,
         )
 
 

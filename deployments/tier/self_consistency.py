@@ -194,6 +194,7 @@ class Vote:
             reasoning_tokens=sum(w.reasoning_tokens for w in wholes),
             answer_tokens=sum(w.answer_tokens for w in wholes),
             budget_forced=chosen.budget_forced,
+            preemptions=sum(w.preemptions for w in wholes),
             first_token_s=min((w.first_token_s for w in wholes if w.first_token_s is not None), default=None),
             first_visible_s=time.monotonic() - self._started,  # the answer shows once the vote is decided
             economy=Economy(

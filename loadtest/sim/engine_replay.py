@@ -123,6 +123,10 @@ class _EngineRecord:
     def answer_tokens(self) -> int:
         return self.request.answer_tokens
 
+    @property
+    def preemptions(self) -> int:
+        return self.request.preemptions
+
 
 def simulate_bench(
     policy: Policy, workloads: dict[str, Workload], plan: Sequence[tuple[str, Sequence[str]]], profile: HardwareProfile,

@@ -93,7 +93,7 @@ H100_KV_TOKENS = 74_896
 """2 GiB of FP8 KV of the 7B geometry: what every H100 run above held."""
 H100_PREDICTED = GPU_DEADLINE / "workload-Bx1.5-120s.json"
 H100_PREDICTIONS = (("class order", "fp8-prio", 300.0, "f"), ("deadline order", "fp8-deadline", 300.0, "g"),
-                    ("FCFS", "fp8", 400.0, "h"))
+                    ("FCFS", "fp8", 360.0, "h"))
 """Runs prepared for the H100 and not made yet (`scripts/gpu_deadline.sh` parts f, g, h): order, configuration, drain."""
 
 
@@ -155,17 +155,20 @@ def h100_predictions(overhead_s_per_seq: float) -> str:
         "(validation.md, the H100 cases), "
         f"{H100_KV_TOKENS:,} KV tokens (2 GiB FP8), each request its full budget. Written by `thinktier bench planner` "
         "before `scripts/gpu_deadline.sh` parts f, g and h ran.", "",
-        "| order (part) | SLO met | easy TTFVT p50 / p99 s | medium TTFVT p50 / p99 s | hard E2E p50 / p90 s | unfinished |",
-        "|---|---|---|---|---|---|",
+        "| order (part) | SLO met | easy TTFVT p50 / p99 s | medium TTFVT p50 / p99 s | hard E2E p50 / p90 s | unfinished | "
+        "preemptions of easy / medium / hard |",
+        "|---|---|---|---|---|---|---|",
     ]
     for order, config, drain_s, part in H100_PREDICTIONS:
         sim = replay_engine(workload, policy, tier, profile, CONFIGS[config], drain_s, H100_KV_TOKENS).per_class
         met = sum(c["met_slo"] for c in sim.values())
         unfinished = sum(c["sent"] - c["finished"] for c in sim.values())
         easy, medium, hard = sim["easy"]["ttfvt_s"], sim["medium"]["ttfvt_s"], sim["hard"]["e2e_s"]
+        preempted = [sim[k]["preemptions"] for k in ("easy", "medium", "hard")]
         lines.append(f"| {order} ({part}, drain {drain_s:g} s) | {met:,} of {len(workload.requests):,} | "
                      f"{_s(easy['p50'])} / {_s(easy['p99'])} | {_s(medium['p50'])} / {_s(medium['p99'])} | "
-                     f"{_s(hard['p50'])} / {_s(hard['p90'])} | {unfinished} |")
+                     f"{_s(hard['p50'])} / {_s(hard['p90'])} | {unfinished} | "
+                     f"{' / '.join(f'{n:,}' for n in preempted)} |")
     return "\n".join(lines) + "\n"
 
 

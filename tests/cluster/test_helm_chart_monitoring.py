@@ -119,6 +119,7 @@ def _exported_metric_names() -> set[str]:
     metrics.decisions.labels("reasoning", "high", "classifier").inc()
     metrics.degraded.labels("budget").inc()
     metrics.budget_forced.labels("reasoning").inc()
+    metrics.preemptions.labels("reasoning", "hard").inc(2)
     metrics.classifier_latency.observe(0.004)
     metrics.classifier_decisions.labels("easy", "han", "fast").inc()
     metrics.economy(

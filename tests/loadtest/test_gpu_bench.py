@@ -18,7 +18,7 @@ from thinktier.loadtest.bench.gpu import gpu_bench, gpu_device
 from thinktier.loadtest.bench.gpu.gpu_configs import CONFIGS, configured_tier, engine_overrides, parse_plan
 from thinktier.loadtest.bench.gpu.gpu_results import RequestRecord, Sample, markdown_table, summarize
 from thinktier.loadtest.bench.gpu.gpu_step_profile import fit_step_profile, step_profile_file
-from thinktier.loadtest.bench.gpu.gpu_workload import Workload, build_workload
+from thinktier.loadtest.bench.gpu.gpu_workload import CLASSES, Workload, build_workload
 from thinktier.loadtest.workload import Mix, PromptPool
 from thinktier.policies.loader import load_policy
 from thinktier.policies.schema import SLO
@@ -129,9 +129,10 @@ def test_summary_counts_goodput_under_the_slos_and_engine_counter_deltas() -> No
     records = [
         RequestRecord(0, "easy", 0.0, ttft_s=0.1, ttfvt_s=0.5, e2e_s=1.5),  # meets
         RequestRecord(1, "easy", 0.1, ttft_s=0.1, ttfvt_s=1.5, e2e_s=1.8),  # TTFVT too late
-        RequestRecord(2, "hard", 0.2, ttft_s=0.3, ttfvt_s=8.0, e2e_s=19.0),  # meets
+        RequestRecord(2, "hard", 0.2, ttft_s=0.3, ttfvt_s=8.0, e2e_s=19.0, preemptions=3),  # meets
         RequestRecord(3, "hard", 0.3, ttft_s=0.3),  # never finished
     ]
+    records[1].preemptions = 1
     samples = [_sample(0, 0.0, 5, 1000), _sample(1, 1.0, 7, 3000, stored=2**30), _sample(2, 0.5, 9, 5000, stored=2**31)]
     samples[-1].resume_lookups_total, samples[-1].resume_lookup_tokens_total, samples[-1].resume_prefix_hits_total = 4, 900, 500
     summary = summarize(records, samples, slos, wall_s=20.0, duration_s=10.0)
@@ -143,6 +144,11 @@ def test_summary_counts_goodput_under_the_slos_and_engine_counter_deltas() -> No
     assert summary["finished"] == 3 and summary["per_class"]["hard"]["finished"] == 1
     assert summary["output_tokens"] == 4000 and summary["output_tokens_per_s"] == pytest.approx(200)
     assert summary["preemptions"] == 4 and summary["offload_store_gib"] == pytest.approx(2.0)
+    # which class the engine evicted: from each finished request's own count
+    assert [(summary["per_class"][k]["preemptions"], summary["per_class"][k]["preempted_requests"]) for k in CLASSES] == [
+        (1, 1), (0, 0), (3, 1)
+    ]
+    assert "| 4 | 1 / 0 / 3 |" in markdown_table([{"results": [result]}])
     assert summary["kv_occupancy_peak"] == 1.0 and summary["kv_occupancy_mean"] == pytest.approx(0.5)
     assert summary["per_class"]["easy"]["ttfvt_s"]["p50"] == pytest.approx(1.0)
     assert summary["per_class"]["medium"]["sent"] == 0 and summary["per_class"]["medium"]["e2e_s"]["p99"] is None

@@ -16,6 +16,7 @@ import pytest
 
 from thinktier.deployments.request.decision import RoutingRequest
 from thinktier.deployments.request.routing import budget_decision
+from thinktier.deployments.tier.protocol import TierChunk
 from thinktier.loadtest.bench.gpu import gpu_bench
 from thinktier.loadtest.bench.gpu.gpu_configs import CONFIGS, configured_tier, parse_plan, sent_priority
 from thinktier.loadtest.bench.gpu.gpu_results import RequestRecord, Sample, markdown_table, summarize
@@ -85,7 +86,7 @@ class _Engine:
 
     async def generate(self, request: Any):
         self.sent.append((request, time.time()))
-        yield SimpleNamespace(content="4", finish_reason="stop", reasoning_tokens=3, answer_tokens=1)
+        yield TierChunk(content="4", finish_reason="stop", reasoning_tokens=3, answer_tokens=1)
 
 
 def test_the_runner_stamps_each_deadline_when_it_sends_the_request(policy) -> None:

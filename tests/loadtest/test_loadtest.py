@@ -29,7 +29,7 @@ from thinktier.loadtest.compare_report import markdown as compare_markdown
 from thinktier.loadtest.compare_report import side_by_side
 from thinktier.loadtest.measure import LoadSpec, measure
 from thinktier.loadtest.metrics_scraper import THINKTIER_METRICS, MetricsTimeline, parse_tiers
-from thinktier.loadtest.ray_llm_target import settings_from_tier
+from thinktier.loadtest.ray_llm_target import THINKTIER_ONLY_ENGINE_ARGS, settings_from_tier
 from thinktier.loadtest.report import build_report, class_stats
 from thinktier.loadtest.report import markdown as report_markdown
 from thinktier.loadtest.runner import RunRecord, RunSettings, Target, run_closed_loop
@@ -394,7 +394,7 @@ def test_ray_serve_llm_gets_the_tier_engine_and_the_thinking_opened_prompt() -> 
     settings = settings_from_tier(tier)
     thinktier_kwargs = engine_kwargs(tier, settings.model_path)
     assert {k: v for k, v in settings.engine_kwargs.items() if k in thinktier_kwargs} == {
-        k: v for k, v in thinktier_kwargs.items() if k not in ("model", "scheduling_policy")
+        k: v for k, v in thinktier_kwargs.items() if k not in THINKTIER_ONLY_ENGINE_ARGS
     }
     assert settings.env["VLLM_CPU_OMP_THREADS_BIND"] == tier.engine.cpu_threads
     prompt = Template(settings.engine_kwargs["chat_template"]).render(

@@ -11,9 +11,8 @@ Two steps, because the GPU machine has neither the problem sets nor a network:
    short keeps what it finished.
 
 Per configuration and workload it reports KV capacity, output tokens/s, TTFT/TTFVT/E2E per class
-(p50/p90/p99), goodput under the policy's SLOs, KV occupancy over time, preemptions and offload traffic. Preemptions
-are the engine's total only: vLLM 0.24 counts them per request in its scheduler, but its outputs and stat loggers get
-only the total (a per-request count, FinishedRequestStats.num_preemptions, came in a later vLLM).
+(p50/p90/p99), goodput under the policy's SLOs, KV occupancy over time, preemptions (the engine's total, and each
+finished request's from the tier engine's scheduler, deployments/tier/preemption_count.py) and offload traffic.
 Dummy weights (`--load-format dummy`) emit random tokens: most requests think to their budget and answer to their
 answer budget (the worst case the budgets allow); a few draw `</think>` or EOS by chance and end sooner.
 
@@ -76,6 +75,7 @@ class _Runner:
                 record.reasoning_tokens = chunk.reasoning_tokens
                 record.answer_tokens = chunk.answer_tokens
                 record.finish_reason = chunk.finish_reason
+                record.preemptions = chunk.preemptions
 
     def _sample(self, start: float) -> Sample:
         s = self.engine.stats()

@@ -28,6 +28,8 @@ class RequestRecord:
     finish_reason: str | None = None
     priority: int = 0
     """The vLLM priority it was sent with; in deadline order its deadline, in milliseconds since the epoch."""
+    preemptions: int = 0
+    """Times the engine preempted it (known once it finishes)."""
 
 
 @dataclass
@@ -64,6 +66,8 @@ def class_summary(records: Sequence[RequestRecord], slo: SLO) -> dict[str, Any]:
         "e2e_mean_s": float(np.mean(e2e)) if e2e else None,
         "mean_reasoning_tokens": float(np.mean([r.reasoning_tokens for r in done])) if done else None,
         "mean_answer_tokens": float(np.mean([r.answer_tokens for r in done])) if done else None,
+        "preemptions": sum(r.preemptions for r in done),
+        "preempted_requests": sum(r.preemptions > 0 for r in done),
     }
 
 
@@ -130,13 +134,19 @@ def _misses_per_resume(workload: dict[str, Any]) -> str:
     return f"{workload['resume_gpu_misses'] / workload['resume_lookups']:,.0f}"
 
 
+def _by_class(workload: dict[str, Any]) -> str:
+    """Preemptions of finished easy / medium / hard requests (older reports lack the count)."""
+    counts = [workload["per_class"][k].get("preemptions") for k in CLASSES]
+    return "-" if None in counts else " / ".join(str(n) for n in counts)
+
+
 def markdown_table(reports: Sequence[dict[str, Any]]) -> str:
     """One row per configuration and workload of the given `run` reports, in their order."""
     head = (
         "| config | workload | KV capacity (tokens) | output tok/s | goodput (req/s) | met SLO | "
         "easy TTFVT p50 / p99 (s) | easy E2E p50 / p99 (s) | medium E2E p50 / p99 (s) | "
         "hard TTFVT p50 / p99 (s) | hard E2E p50 / p90 / p99 (s) | hard E2E mean (s) | hard finished | KV mean / peak | "
-        "preemptions | "
+        "preemptions | of finished easy / medium / hard | "
         "offload out / in (GiB) | resumed from host | recomputed tokens per preemption | GPU cache misses per resume lookup |"
     )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
@@ -155,7 +165,7 @@ def markdown_table(reports: Sequence[dict[str, Any]]) -> str:
                     f"{_fmt(c['hard'].get('e2e_mean_s'))} | "
                     f"{c['hard']['finished']}/{c['hard']['sent']} | "
                     f"{w['kv_occupancy_mean']:.0%} / {w['kv_occupancy_peak']:.0%} | "
-                    f"{w['preemptions']} | {w['offload_store_gib']:.1f} / {w['offload_load_gib']:.1f} | "
+                    f"{w['preemptions']} | {_by_class(w)} | {w['offload_store_gib']:.1f} / {w['offload_load_gib']:.1f} | "
                     f"{w.get('preemptions_resumed_from_host', '-')} | {_per_preemption(w)} | {_misses_per_resume(w)} |"
                 )
     return "\n".join(lines) + "\n"

@@ -66,6 +66,9 @@ def test_resumed_from_host_memory_the_tokens_are_those_of_a_run_without_preempti
     offloaded, pressed = serve(loop, tier(0.025, "preempted"))
     assert calm.num_preemptions_total == 0
     assert pressed.num_preemptions_total > 0 and pressed.preemptions_resumed_from_host_total > 0
+    # each request's last chunk says how often it was preempted (vLLM's outputs give only the engine's total)
+    assert [c.preemptions for c in reference] == [0] * len(reference)
+    assert sum(c.preemptions for c in offloaded) == pressed.num_preemptions_total
     assert [(c.reasoning, c.content) for c in offloaded] == [(c.reasoning, c.content) for c in reference]
     assert pressed.kv_offload_loaded_bytes_total > 0 and pressed.kv_offload_loaded_tokens_total > 0
     assert pressed.kv_offload_stored_bytes_total >= pressed.kv_offload_loaded_bytes_total
