@@ -41,7 +41,7 @@ def _planner(args: argparse.Namespace) -> int:
     if measured is not None:
         print(f"1,000 replicas for {measured['simulated_s']:.0f} simulated s ({measured['requests']:,} requests): "
               f"{measured['wall_s']} s of wall time (aim < 300 s)")
-    print(f"wrote {args.out}/validation.md, forecast-gpu-deadline.md" + (" and speed.json" if measured is not None else ""))
+    print(f"wrote {args.out}/validation.md" + (" and speed.json" if measured is not None else ""))
     return 0
 
 
@@ -303,8 +303,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="the simulator (`thinktier plan`) against the recorded runs, and its speed at 1,000 replicas",
         description="Replays every recorded run the simulator can replay (the H200 full-stack and engine runs, the H100 "
         "runs of today's engine with a serving overhead fitted on one of them, and the 2-core CPU comparison when a CPU "
-        "step profile exists) and writes validation.md (each figure real, simulated and the error) and "
-        "forecast-gpu-deadline.md (the prepared H100 runs not made yet, with the fitted overhead); then simulates 1,000 "
+        "step profile exists) and writes validation.md (each figure real, simulated and the error, and the fitted "
+        "overhead in the H100 cases' titles); then simulates 1,000 "
         "reasoning replicas for an hour at 10,000 requests a minute and writes speed.json (wall time; aim under 5 "
         "minutes).",
     )

@@ -162,7 +162,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="the engine process's cost per running sequence and step, in microseconds, in place of the step "
                    "profile's (the H200's: 66, fitted on its full stack with vLLM's budget processor); `thinktier bench "
                    "planner` fits today's engine on an H100 run and says the value in "
-                   "loadtest/results/plan/forecast-gpu-deadline.md")
+                   "loadtest/results/plan/validation.md: 14.9)")
     m = p.add_argument_group("what to answer (default: one simulation)")
     m.add_argument("--sweep", type=_sweep, default=None, metavar="KNOB=v1,v2",
                    help="one simulation per value of a policy field, e.g. tiers.reasoning.engine.scheduling_policy=fcfs,priority")

@@ -11,7 +11,7 @@
 #   thinktier bench gpu workload --policy policies/examples/h200-7b.yaml --name idle --rate 0.125 --shape 100 \
 #     --duration 160 --mix easy=1 --seed 1 --out loadtest/results/gpu-deadline/workload-idle.json
 # Aims: easy TTFVT p99 (deadline) within 1.5x of the idle easy TTFVT; hard E2E p50 and p90 within 5 % of FCFS's.
-# Preemptions are reported per run, not per class: vLLM 0.24 gives no per-request count (gpu_bench.py's docstring).
+# Preemptions are reported per run and per class of the finished requests (deployments/tier/preemption_count.py).
 # Run from the repository root on the device machine, after the vLLM payload is staged (no Ray needed: the bench
 # drives the tier engine in process); .gpu/ is the main checkout's (ignored; copy it into a worktree first):
 #   1. carry [.gpu/c1, .gpu/whl, .gpu/tok, .gpu/s, .gpu/c2]: bash .gpu/s/stage1.sh && cp .gpu/c2/* /tmp/stage/

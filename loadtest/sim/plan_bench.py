@@ -8,12 +8,9 @@ import time
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from thinktier.loadtest.bench.gpu.gpu_configs import CONFIGS
-from thinktier.loadtest.bench.gpu.gpu_workload import Workload
-from thinktier.loadtest.sim.engine_replay import replay_engine
 from thinktier.loadtest.sim.plan import PlanInputs, simulate
 from thinktier.loadtest.sim.sim_cluster import SimSettings
-from thinktier.loadtest.sim.sim_profile import DEFAULT_PROFILES, profile_for
+from thinktier.loadtest.sim.sim_profile import DEFAULT_PROFILES
 from thinktier.loadtest.sim.sim_validate import (
     Case,
     EngineRun,
@@ -62,6 +59,7 @@ def _h100(run: str, config: str, workload: Path, step: str) -> EngineRun:
 
 WORKLOAD_B, WORKLOAD_BX15, WORKLOAD_BX2 = (GPU / "workload-B.json", GPU_DEADLINE / "workload-Bx1.5.json",
                                           GPU_DEADLINE / "workload-Bx2.json")
+WORKLOAD_BX15_HELD = GPU_DEADLINE / "workload-Bx1.5-120s.json"
 H100_FIT = _h100("run-d.json", "fp8-prio", WORKLOAD_BX15, "Bx1.5")
 """Today's engine (the project's budget processor, async scheduling) on an H100 at 1.5x workload B, class order: the
 run the H100 cases' serving overhead is fitted on."""
@@ -75,10 +73,13 @@ H100_CASES = (
     ("2x B, class order", _h100("run-d.json", "fp8-prio", WORKLOAD_BX2, "Bx2")),
     ("1.5x B, deadline order", _h100("run-e.json", "fp8-deadline", WORKLOAD_BX15, "Bx1.5")),
     ("2x B, deadline order", _h100("run-e.json", "fp8-deadline", WORKLOAD_BX2, "Bx2")),
+    ("1.5x B held 120 s, class order", _h100("run-f.json", "fp8-prio", WORKLOAD_BX15_HELD, "Bx1.5-120s")),
+    ("1.5x B held 120 s, deadline order", _h100("run-g.json", "fp8-deadline", WORKLOAD_BX15_HELD, "Bx1.5-120s")),
+    ("1.5x B held 120 s, FCFS", _h100("run-h.json", "fp8", WORKLOAD_BX15_HELD, "Bx1.5-120s")),
 )
 """The H100 runs of issue 30 (`loadtest/results/gpu-deadline/`), on the H100's own step profile with the serving
-overhead (the engine process's cost per sequence and step) fitted on `H100_FIT`; the other eight runs test that one
-number out of sample."""
+overhead (the engine process's cost per sequence and step) fitted on `H100_FIT`; the other eleven runs test that one
+number out of sample. The last three were forecast before they ran (`../plan/forecast-gpu-deadline.md`)."""
 
 
 H100_MATRIX = RESULTS / "gpu-matrix"
@@ -87,14 +88,6 @@ H100_MATRIX_RUNS = (("one-pool-budgets", (0, 1, 2)), ("tiered", (0, 1, 2)), ("ti
 """Issue 32's matrix on one H100 (`loadtest/results/gpu-matrix/`): full-stack runs of today's stack, replayed on the
 H100 profile with the serving overhead fitted on the bare engine (`H100_FIT`): nothing fitted on them. The one-pool
 target kept only its summary."""
-
-
-H100_KV_TOKENS = 74_896
-"""2 GiB of FP8 KV of the 7B geometry: what every H100 run above held."""
-H100_PREDICTED = GPU_DEADLINE / "workload-Bx1.5-120s.json"
-H100_PREDICTIONS = (("class order", "fp8-prio", 300.0, "f"), ("deadline order", "fp8-deadline", 300.0, "g"),
-                    ("FCFS", "fp8", 360.0, "h"))
-"""Runs prepared for the H100 and not made yet (`scripts/gpu_deadline.sh` parts f, g, h): order, configuration, drain."""
 
 
 AUTOSCALING_CASE = (
@@ -110,8 +103,8 @@ CPU_CASES = (
 )
 
 
-def validation_cases() -> tuple[list[Case], float]:
-    """Every replayable run beside its simulation, and the serving overhead fitted on `H100_FIT`."""
+def validation_cases() -> list[Case]:
+    """Every replayable run beside its simulation (the H100 ones with the serving overhead fitted on `H100_FIT`)."""
     cases = [
         fullstack_case(title, FULLSTACK / f"{name}-report.json", EXAMPLES / policy) for title, name, policy in FULLSTACK_CASES
     ]
@@ -136,44 +129,8 @@ def validation_cases() -> tuple[list[Case], float]:
             for title, name, policy in CPU_CASES
             for n in ("requests.jsonl",)
         ]
-    return cases, overhead
+    return cases
 
-
-def h100_predictions(overhead_s_per_seq: float) -> str:
-    """The simulator's forecast of the H100 runs not made yet, with the serving overhead fitted on `H100_FIT`: written
-    before the runs, so that they test it."""
-    policy = load_policy(H200_7B)
-    tier = policy.routing.reasoning_tier
-    profile = replace(profile_for(policy.tiers[tier], H100_PROFILE), overhead_s_per_seq=overhead_s_per_seq)
-    workload = Workload.from_json(json.loads(H100_PREDICTED.read_text()))
-    lines = [
-        "# Forecast: the H100 runs prepared and not made yet", "",
-        f"`{H100_PREDICTED.relative_to(ROOT)}` ({len(workload.requests):,} requests: workload B's generator at "
-        f"{workload.rate:g} requests/s for {workload.duration_s:g} s, seed {workload.seed}) replayed through one "
-        f"simulated H100 engine: the H100's step profile (`{H100_PROFILE.relative_to(ROOT)}`) with a serving overhead of "
-        f"{overhead_s_per_seq * 1e6:.1f} us per sequence and step, fitted on the H100's 1.5x B class-order run "
-        "(validation.md, the H100 cases), "
-        f"{H100_KV_TOKENS:,} KV tokens (2 GiB FP8), each request its full budget. Written by `thinktier bench planner` "
-        "before `scripts/gpu_deadline.sh` parts f, g and h ran.", "",
-        "| order (part) | SLO met | easy TTFVT p50 / p99 s | medium TTFVT p50 / p99 s | hard E2E p50 / p90 s | unfinished | "
-        "preemptions of easy / medium / hard |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for order, config, drain_s, part in H100_PREDICTIONS:
-        sim = replay_engine(workload, policy, tier, profile, CONFIGS[config], drain_s, H100_KV_TOKENS).per_class
-        met = sum(c["met_slo"] for c in sim.values())
-        unfinished = sum(c["sent"] - c["finished"] for c in sim.values())
-        easy, medium, hard = sim["easy"]["ttfvt_s"], sim["medium"]["ttfvt_s"], sim["hard"]["e2e_s"]
-        preempted = [sim[k]["preemptions"] for k in ("easy", "medium", "hard")]
-        lines.append(f"| {order} ({part}, drain {drain_s:g} s) | {met:,} of {len(workload.requests):,} | "
-                     f"{_s(easy['p50'])} / {_s(easy['p99'])} | {_s(medium['p50'])} / {_s(medium['p99'])} | "
-                     f"{_s(hard['p50'])} / {_s(hard['p90'])} | {unfinished} | "
-                     f"{' / '.join(f'{n:,}' for n in preempted)} |")
-    return "\n".join(lines) + "\n"
-
-
-def _s(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f}"
 
 
 def speed(replicas: int = 1000, rate: float = 10_000 / 60, duration_s: float = 3600.0) -> dict[str, object]:
@@ -200,10 +157,9 @@ def speed(replicas: int = 1000, rate: float = 10_000 / 60, duration_s: float = 3
 
 def run(out: Path, with_speed: bool = True) -> tuple[str, dict[str, object] | None]:
     out.mkdir(parents=True, exist_ok=True)
-    cases, overhead = validation_cases()
+    cases = validation_cases()
     text = markdown(cases)
     (out / "validation.md").write_text(text)
-    (out / "forecast-gpu-deadline.md").write_text(h100_predictions(overhead))
     measured = speed() if with_speed else None
     if measured is not None:
         (out / "speed.json").write_text(json.dumps(measured, indent=1) + "\n")

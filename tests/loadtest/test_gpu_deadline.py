@@ -140,7 +140,7 @@ def test_the_device_script_runs_three_orders_at_one_to_two_times_b_then_a_sustai
     assert plans == {"a": [("fp8", ["B"]), ("fp8-prio", ["B"])], "b": [("fp8-deadline", ["B", "idle"])],
                      "c": [("fp8", heavier)], "d": [("fp8-prio", heavier)], "e": [("fp8-deadline", heavier)],
                      "f": [("fp8-prio", sustained)], "g": [("fp8-deadline", sustained)], "h": [("fp8", sustained)]}
-    assert drains == {"a": 240, "b": 240, "c": 240, "d": 240, "e": 240, "f": 300, "g": 300, "h": 400}
+    assert drains == {"a": 240, "b": 240, "c": 240, "d": 240, "e": 240, "f": 300, "g": 300, "h": 360}
     assert '--drain-s "$drain"' in SCRIPT.read_text()
 
 
