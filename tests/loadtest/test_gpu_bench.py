@@ -258,14 +258,17 @@ def test_step_profile_file_takes_the_named_configuration() -> None:
 
 def test_the_offload_script_runs_configurations_that_exist() -> None:
     """scripts/gpu_offload.sh is run on the GPU machine, where a wrong name costs a device call."""
-    text = (Path(__file__).resolve().parents[2] / "scripts" / "gpu_offload.sh").read_text()
-    parts = dict(re.findall(r"^  (\w)\) configs=\((.*)\) ;;$", text, re.M))
-    assert set(parts) == {"a", "b", "c", "d"}
-    names = [name for args in parts.values() for name in re.findall(r"--config ([\w-]+):B", args)]
-    declared = set(re.findall(r'--workload "(\w+)=\$workload"', text))
-    specs = [spec for args in parts.values() for spec in re.findall(r"--config [\w-]+:([\w,]+)", args)]
+    root = Path(__file__).resolve().parents[2]
+    text = (root / "scripts" / "gpu_offload.sh").read_text()
+    parts = dict(re.findall(r"^  (\w)\) (.*) ;;$", text, re.M))
+    assert set(parts) == {"a", "b", "c", "d", "e"}
+    names = [name for args in parts.values() for name in re.findall(r"--config ([\w-]+):", args)]
+    declared = set(re.findall(r'--workload "([\w.-]+)=\$\w+"', text))
+    specs = [spec for args in parts.values() for spec in re.findall(r"--config [\w-]+:([\w.,-]+)", args)]
     steps = {step for spec in specs for step in spec.split(",")}
     assert steps and steps <= declared, (steps, declared)
     assert names and all(name in CONFIGS for name in names), names
     assert "fp8-preempt-offload-prio" in names and "fp8-offload-decode-prio-sync" in names
+    files = re.findall(r"^\w+=(loadtest/results/\S+\.json)$", text, re.M)
+    assert len(files) == 2 and all((root / f).exists() for f in files), files
 
