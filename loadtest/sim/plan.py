@@ -71,6 +71,10 @@ class PlanResult:
     def run(self) -> RunReport:
         return self.report.runs[0]
 
+    def preemptions_of(self, request_class: str) -> int:
+        """Times the simulated engines preempted requests of `request_class` (chat included, as the router classed it)."""
+        return sum(r.preemptions for r in self.sim.requests if r.request_class == request_class)
+
     def cost_per_1000_answers(self, device_hour_usd: float) -> float | None:
         hours = sum(t.device_hours for t in self.tiers)
         return hours * device_hour_usd / self.answers * 1000 if self.answers else None
@@ -268,9 +272,9 @@ def sweep_markdown(knob: str, rows: Sequence[tuple[str, PlanResult]], device_hou
         f"# thinktier plan: sweep of {knob}",
         "",
         "| value | goodput req/s | SLO attainment | easy TTFVT p99 s | medium TTFVT p99 s | hard E2E mean s | "
-        "hard E2E p50 s | hard E2E p99 s | device-hours | cost per 1,000 answers | preemptions | borrowed | degraded | "
-        "shed |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "hard E2E p50 s | hard E2E p99 s | device-hours | cost per 1,000 answers | preemptions | of easy / medium / hard | "
+        "borrowed | degraded | shed |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for value, result in rows:
         run = result.run
@@ -282,7 +286,7 @@ def sweep_markdown(knob: str, rows: Sequence[tuple[str, PlanResult]], device_hou
             _num(hard.e2e_s.mean if hard else None), _num(hard.e2e_s.p50 if hard else None),
             _num(hard.e2e_s.p99 if hard else None), f"{sum(t.device_hours for t in result.tiers):.2f}",
             "-" if cost is None else f"${cost:.3f}", str(sum(t.preemptions for t in result.tiers)),
-            str(run.overall.borrowed), str(run.overall.degraded), str(run.overall.shed),
+            " / ".join(str(result.preemptions_of(c)) for c in ("easy", "medium", "hard")), str(run.overall.borrowed), str(run.overall.degraded), str(run.overall.shed),
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

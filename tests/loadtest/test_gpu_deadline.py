@@ -185,3 +185,20 @@ def test_the_idle_workload_has_one_easy_request_in_flight_at_a_time(policy) -> N
     assert {(r.thinking_tokens, r.answer_tokens) for r in workload.requests} == {(budget.thinking_tokens, budget.answer_tokens)}
     sends = [r.send_at_s for r in workload.requests]
     assert min(b - a for a, b in itertools.pairwise(sends)) >= 5.5
+
+
+def test_the_simulated_engine_evicts_by_priority_the_class_order_never_an_easy_request(tmp_path: Path) -> None:
+    """The victims the H100 showed (gpu-deadline/README.md): under FCFS the newest running request is preempted, most
+    often an easy one; under the class order the lowest priority one, never an easy request while others run."""
+    from thinktier.cli.main import main
+
+    d = "loadtest/results/gpu-deadline"
+    out = tmp_path / "sim.json"
+    assert main(["bench", "gpu", "simulate", "--policy", "policies/examples/h200-7b.yaml",
+                 "--workload", f"W={d}/workload-Bx2.json", "--config", "fp8:W", "--config", "fp8-prio:W",
+                 "--step-profile", f"{d}/h100_step_profile.json", "--serving-overhead-us", "15", "--drain-s", "240",
+                 "--out", str(out)]) == 0
+    fcfs, by_class = ({k: c["preemptions"] for k, c in r["workloads"]["W"]["per_class"].items()}
+                      for r in json.loads(out.read_text())["results"])
+    assert by_class["easy"] == 0 and by_class["hard"] > 0
+    assert fcfs["easy"] > max(fcfs["medium"], fcfs["hard"])

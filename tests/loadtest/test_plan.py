@@ -5,6 +5,7 @@ recorded H200 runs it is validated on."""
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
@@ -222,6 +223,7 @@ def test_a_sweep_runs_one_plan_per_value_and_takes_json_values(tmp_path: Path) -
     assert main(argv) == 0
     rows = [line for line in (tmp_path / "sweep.md").read_text().splitlines() if line.startswith('| {"easy"')]
     assert len(rows) == 2
+    assert all(re.search(r"\| \d+ \| \d+ / \d+ / \d+ \|", row) for row in rows), rows  # preemptions, then by class
     assert len(list(tmp_path.glob("routing.priority=*/plan.md"))) == 2
     assert main(["plan", "--policy", str(ONEPOOL), "--out", str(tmp_path), "--sweep", "routing.nope=1,2"]) == 1
 
