@@ -100,3 +100,31 @@ def test_tiers_that_share_a_gpu_ask_ray_for_their_share() -> None:
     asks = {name: options[tier_deployment_name(name)]["ray_actor_options"]["num_gpus"] for name in policy.tiers}
     assert asks == {"reasoning": 0.75, "chat": 0.25}  # two reasoning replicas on two GPUs, the chat replica beside one
     assert options[tier_deployment_name("reasoning")]["num_replicas"] == 2
+
+
+def test_the_engine_runs_vllms_own_scheduler_reporting_each_requests_preemptions() -> None:
+    """The scheduler vLLM would pick (async on a GPU), with each finished request's preemption count added to what a
+    KV connector hands back, never in place of it."""
+    from types import SimpleNamespace
+
+    from vllm.utils.import_utils import resolve_obj_by_qualname
+    from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    from thinktier.deployments.tier import preemption_count
+
+    policy = parse_policy(tier_text("kv_offloading: {mode: preempted, size_gib: 1.5}", memory_gib=4), "p.yaml")
+    factory = resolve_obj_by_qualname(engine_kwargs(policy.tiers["reasoning"], "/m")["scheduler_cls"])
+    assert factory is preemption_count.counting_scheduler
+    assert issubclass(preemption_count._counting(AsyncScheduler), AsyncScheduler)
+    assert not issubclass(preemption_count._counting(Scheduler), AsyncScheduler)
+
+    class Connected:
+        def _connector_finished(self, request: object) -> tuple[bool, dict[str, object] | None]:
+            return True, {"remote_block_ids": [7]}
+
+    counting = preemption_count._counting(Connected)()
+    finished = SimpleNamespace(num_preemptions=3)
+    assert counting._connector_finished(finished) == (True, {"remote_block_ids": [7], preemption_count.KEY: 3})
+    assert preemption_count.preemptions_of(SimpleNamespace(kv_transfer_params={preemption_count.KEY: 3})) == 3
+    assert preemption_count.preemptions_of(SimpleNamespace(kv_transfer_params=None)) == 0
