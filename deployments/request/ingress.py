@@ -151,8 +151,8 @@ class _Request:
         m.answer_tokens.labels(tier).observe(last.answer_tokens)
         if last.budget_forced:
             m.budget_forced.labels(tier).inc()
-        if last.preemptions:
-            m.preemptions.labels(tier, self.decision.difficulty).inc(last.preemptions)
+        # every finished request touches its class's series, so a class never preempted reads 0, not "no data"
+        m.preemptions.labels(tier, self.decision.difficulty).inc(last.preemptions)
         if last.economy is not None:
             m.economy(tier, last.economy)
 

@@ -286,7 +286,8 @@ def sweep_markdown(knob: str, rows: Sequence[tuple[str, PlanResult]], device_hou
             _num(hard.e2e_s.mean if hard else None), _num(hard.e2e_s.p50 if hard else None),
             _num(hard.e2e_s.p99 if hard else None), f"{sum(t.device_hours for t in result.tiers):.2f}",
             "-" if cost is None else f"${cost:.3f}", str(sum(t.preemptions for t in result.tiers)),
-            " / ".join(str(result.preemptions_of(c)) for c in ("easy", "medium", "hard")), str(run.overall.borrowed), str(run.overall.degraded), str(run.overall.shed),
+            " / ".join(str(result.preemptions_of(c)) for c in ("easy", "medium", "hard")),
+            str(run.overall.borrowed), str(run.overall.degraded), str(run.overall.shed),
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
