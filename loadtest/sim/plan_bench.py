@@ -79,7 +79,7 @@ H100_CASES = (
 )
 """The H100 runs of issue 30 (`loadtest/results/gpu-deadline/`), on the H100's own step profile with the serving
 overhead (the engine process's cost per sequence and step) fitted on `H100_FIT`; the other eleven runs test that one
-number out of sample. The last three were forecast before they ran (`../plan/forecast-gpu-deadline.md`)."""
+number out of sample. The last three were forecast before they ran (loadtest/results/plan/forecast-gpu-deadline.md)."""
 
 
 H100_MATRIX = RESULTS / "gpu-matrix"
@@ -130,7 +130,6 @@ def validation_cases() -> list[Case]:
             for n in ("requests.jsonl",)
         ]
     return cases
-
 
 
 def speed(replicas: int = 1000, rate: float = 10_000 / 60, duration_s: float = 3600.0) -> dict[str, object]:
