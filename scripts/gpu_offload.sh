@@ -18,14 +18,17 @@
 # batched copier (d), so each has three runs with a2's and a difference can be told from run-to-run spread (the second
 # run of an engine finds the prompts in its prefix cache: 200 of each request's 2,000-6,000 tokens).
 # e (about 8 minutes): preempt-offload under the sustained overload of issue 30 (workload B's generator at 12 requests/s
-# held 120 s, 1,465 requests, 300 s of drain; call 1 then needs gpu-deadline/ copied too), where the class order
+# held 120 s, 1,465 requests; call 1 then needs gpu-deadline/ copied too), where the class order
 # preempted hard requests 7.6 times each and finished the median one 33 % later than FCFS: its recompute baseline is
 # loadtest/results/gpu-deadline/run-f.json (bash scripts/gpu_deadline.sh f, the same configuration but the offload).
+# f (about 8 minutes): that recompute baseline again (fp8-prio), so e and f run on one machine. e and f drain 330 s
+# (a 300 s drain cut 21 hard requests of the first run of e).
 # Each writes $OUT/run-PART.json; copy them into loadtest/results/gpu-offload/ (keep the first run-a.json, the old
-# connector's: name the rerun run-a2.json) and print the table with
+# connector's: name the rerun run-a2.json; run-e.json is the second session's, so save e and f as
+# overload-offload-N.json and overload-recompute-N.json) and print the table with
 #   thinktier bench gpu table loadtest/results/gpu-offload/run-a2.json loadtest/results/gpu-offload/run-b.json
 set -u
-part=${1:?usage: bash scripts/gpu_offload.sh a|b|c|d|e}
+part=${1:?usage: bash scripts/gpu_offload.sh a|b|c|d|e|f}
 B=loadtest/results/gpu/workload-B.json
 held=loadtest/results/gpu-deadline/workload-Bx1.5-120s.json
 workloads=(--workload "B=$B" --workload "B2=$B" --workload "B3=$B")
@@ -35,8 +38,9 @@ case "$part" in
   b) configs=(--config fp8-prio-sync:B --config fp8-offload-decode-prio-sync:B) ;;
   c) configs=(--config fp8-prio:B2,B3) ;;
   d) configs=(--config fp8-preempt-offload-prio:B2,B3) ;;
-  e) workloads=(--workload "Bx1.5-120s=$held"); configs=(--config fp8-preempt-offload-prio:Bx1.5-120s); drain=300 ;;
-  *) echo "GPU_OFFLOAD_UNKNOWN_PART: $part (a to e)"; exit 3 ;;
+  e) workloads=(--workload "Bx1.5-120s=$held"); configs=(--config fp8-preempt-offload-prio:Bx1.5-120s); drain=330 ;;
+  f) workloads=(--workload "Bx1.5-120s=$held"); configs=(--config fp8-prio:Bx1.5-120s); drain=330 ;;
+  *) echo "GPU_OFFLOAD_UNKNOWN_PART: $part (a to f)"; exit 3 ;;
 esac
 python3 -c "import vllm" 2>/dev/null || { echo "GPU_OFFLOAD_NOT_STAGED: see this script's header"; exit 3; }
 export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1

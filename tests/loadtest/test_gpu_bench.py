@@ -133,6 +133,7 @@ def test_summary_counts_goodput_under_the_slos_and_engine_counter_deltas() -> No
         RequestRecord(3, "hard", 0.3, ttft_s=0.3),  # never finished
     ]
     records[1].preemptions = 1
+    records[0].reasoning_tokens, records[1].reasoning_tokens = 140, 10  # 100 tok/s after the first token; 1 was preempted
     samples = [_sample(0, 0.0, 5, 1000), _sample(1, 1.0, 7, 3000, stored=2**30), _sample(2, 0.5, 9, 5000, stored=2**31)]
     samples[-1].resume_lookups_total, samples[-1].resume_lookup_tokens_total, samples[-1].resume_prefix_hits_total = 4, 900, 500
     summary = summarize(records, samples, slos, wall_s=20.0, duration_s=10.0)
@@ -149,6 +150,8 @@ def test_summary_counts_goodput_under_the_slos_and_engine_counter_deltas() -> No
         (1, 1), (0, 0), (3, 1)
     ]
     assert "| 4 | 1 / 0 / 3 |" in markdown_table([{"results": [result]}])
+    # the decode rate of easy requests the engine never preempted, beside their latency
+    assert "| 100 | - / - |" in markdown_table([{"results": [result]}])
     assert summary["kv_occupancy_peak"] == 1.0 and summary["kv_occupancy_mean"] == pytest.approx(0.5)
     assert summary["per_class"]["easy"]["ttfvt_s"]["p50"] == pytest.approx(1.0)
     assert summary["per_class"]["medium"]["sent"] == 0 and summary["per_class"]["medium"]["e2e_s"]["p99"] is None
@@ -261,7 +264,7 @@ def test_the_offload_script_runs_configurations_that_exist() -> None:
     root = Path(__file__).resolve().parents[2]
     text = (root / "scripts" / "gpu_offload.sh").read_text()
     parts = dict(re.findall(r"^  (\w)\) (.*) ;;$", text, re.M))
-    assert set(parts) == {"a", "b", "c", "d", "e"}
+    assert set(parts) == {"a", "b", "c", "d", "e", "f"}
     names = [name for args in parts.values() for name in re.findall(r"--config ([\w-]+):", args)]
     declared = set(re.findall(r'--workload "([\w.-]+)=\$\w+"', text))
     specs = [spec for args in parts.values() for spec in re.findall(r"--config [\w-]+:([\w.,-]+)", args)]

@@ -2,12 +2,12 @@
 
 The copies run on the current stream of the engine's device, before the step's forward pass (vLLM calls
 `handle_preemptions` and, for loads the step depends on, `start_load_kv` before it), so in stream order a store reads
-blocks before the forward pass overwrites them and a load fills blocks before it reads them; nothing waits on the
-host for that, which is what makes the freed blocks safe to reuse at once. A step's copies go together: one gather
-per layer of all its blocks, sent through pinned memory without blocking the host. A store's blocks land in their
-host slots at the next step's copies (`_settle`), once the device has sent them: with the step in flight (async
-scheduling) a wait at the store would stall the engine's loop for a whole step. CPU engines take the same path, without
-pinned memory or events.
+blocks before the forward pass overwrites them, a load fills blocks before it reads them, and a load of a slot comes
+after the store that filled it. The host only enqueues: every copy is one DMA between the device and a run of
+consecutive slots of pinned host memory (the planner hands out slots in runs), gathered or scattered on the device,
+so no copy waits on the host and no byte passes through the CPU. That is what makes the freed blocks safe to reuse at
+once. The first version gathered loads and placed stores on the CPU: on an H100 under sustained overload it slowed
+every decode step (loadtest/results/gpu-offload/README.md). CPU engines take the same path with plain copies.
 """
 
 from __future__ import annotations
@@ -33,78 +33,68 @@ def _bytes_view(cache: torch.Tensor) -> torch.Tensor:
     return cache.view(torch.uint8) if cache.element_size() == 1 else cache
 
 
+def slot_runs(slots: Sequence[int]) -> list[tuple[int, int, int]]:
+    """Each run of consecutive ascending slots as (its offset in `slots`, its first slot, its length)."""
+    runs: list[tuple[int, int, int]] = []
+    for offset, slot in enumerate(slots):
+        if runs and slot == runs[-1][1] + runs[-1][2]:
+            start, first, length = runs[-1]
+            runs[-1] = (start, first, length + 1)
+        else:
+            runs.append((offset, slot, 1))
+    return runs
+
+
 @dataclass
-class _Layer:
+class _Plane:
+    """Blocks along dimension 0, on the device and in host memory: a layer's cache, or its K or V half."""
+
     cache: torch.Tensor
     host: torch.Tensor
-    dim: int
 
 
 def _merged(copies: Sequence[BlockCopy]) -> tuple[list[int], list[int]]:
     return [b for c in copies for b in c.gpu_blocks], [s for c in copies for s in c.cpu_slots]
 
 
-@dataclass
-class _SentStores:
-    """Blocks gathered from the device and on their way to host memory, one tensor per layer, and where they go."""
-
-    slots: torch.Tensor
-    per_layer: list[torch.Tensor]
-    sent: torch.cuda.Event | None = None
-
-
 class HostKVPool:
     """`num_slots` blocks of every layer's KV in host memory (pinned where the cache is on a GPU)."""
 
     def __init__(self, kv_caches: dict[str, torch.Tensor], num_blocks: int, num_slots: int) -> None:
-        self._layers: list[_Layer] = []
-        for cache in kv_caches.values():
-            view = _bytes_view(cache)
-            dim = block_dim(view, num_blocks)
-            shape = list(view.shape)
-            shape[dim] = num_slots
-            host = torch.empty(shape, dtype=view.dtype, device="cpu", pin_memory=view.device.type == "cuda")
-            self._layers.append(_Layer(view, host, dim))
         self.device = next(iter(kv_caches.values())).device
         self._async = self.device.type == "cuda"
-        self._in_flight: _SentStores | None = None
+        self._planes: list[_Plane] = []
+        for cache in kv_caches.values():
+            view = _bytes_view(cache)
+            halves = [view] if block_dim(view, num_blocks) == 0 else list(view.unbind(0))
+            for half in halves:
+                shape = (num_slots, *half.shape[1:])
+                host = torch.empty(shape, dtype=half.dtype, device="cpu", pin_memory=self._async)
+                self._planes.append(_Plane(half, host))
 
     def _indices(self, blocks: list[int]) -> torch.Tensor:
         indices = torch.tensor(blocks, dtype=torch.long)
         return indices.pin_memory().to(self.device, non_blocking=True) if self._async else indices
 
-    def _settle(self) -> None:
-        """Put the previous step's stored blocks in their host slots (on a GPU, once the device has sent them)."""
-        stores, self._in_flight = self._in_flight, None
-        if stores is None:
-            return
-        if stores.sent is not None:
-            stores.sent.synchronize()
-        for layer, blocks in zip(self._layers, stores.per_layer, strict=True):
-            layer.host.index_copy_(layer.dim, stores.slots, blocks)
-
     def store(self, copies: Sequence[BlockCopy]) -> None:
-        """Send a step's preempted blocks towards host memory; they land in their slots at the next `store`/`load`."""
-        self._settle()
+        """Copy a step's preempted blocks into their host slots, in stream order before the forward pass."""
         if not copies:
             return
         blocks, slots = _merged(copies)
-        indices = self._indices(blocks)
-        per_layer = [layer.cache.index_select(layer.dim, indices).to("cpu", non_blocking=self._async) for layer in self._layers]
-        stores = _SentStores(torch.tensor(slots, dtype=torch.long), per_layer)
-        if self._async:
-            stores.sent = torch.cuda.current_stream(self.device).record_event()
-        self._in_flight = stores
+        indices, runs = self._indices(blocks), slot_runs(slots)
+        for plane in self._planes:
+            gathered = plane.cache.index_select(0, indices)
+            for offset, first, length in runs:
+                plane.host[first : first + length].copy_(gathered[offset : offset + length], non_blocking=self._async)
 
     def load(self, copies: Sequence[BlockCopy]) -> None:
         """Fill a step's resumed blocks from host memory, in stream order before the forward pass reads them."""
-        self._settle()  # a request preempted at the last step may resume at this one
         if not copies:
             return
         blocks, slots = _merged(copies)
-        indices, host_slots = self._indices(blocks), torch.tensor(slots, dtype=torch.long)
-        for layer in self._layers:
-            gathered = layer.host.index_select(layer.dim, host_slots)
-            if self._async:  # pinned, so the copy does not block the host; PyTorch keeps it until the copy is done
-                gathered = gathered.pin_memory()
-            layer.cache.index_copy_(layer.dim, indices, gathered.to(self.device, non_blocking=self._async))
+        indices, runs = self._indices(blocks), slot_runs(slots)
+        for plane in self._planes:
+            staged = torch.empty((len(blocks), *plane.host.shape[1:]), dtype=plane.host.dtype, device=self.device)
+            for offset, first, length in runs:
+                staged[offset : offset + length].copy_(plane.host[first : first + length], non_blocking=self._async)
+            plane.cache.index_copy_(0, indices, staged)

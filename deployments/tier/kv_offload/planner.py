@@ -10,7 +10,9 @@ its own prefix cache, allocates blocks for them, and the planner plans the copy 
 Host space holds only requests that are still alive: a request's slots are freed when it resumes (one step after
 its load, so no store of the same step can overwrite them) or finishes, and a finished request is never stored (its
 thinking section will not be sent again). A preemption that finds too few free slots stores the blocks that fit (the
-start of the request); the rest is recomputed, as without the connector.
+start of the request); the rest is recomputed, as without the connector. Free slots are a stack that hands them out
+in ascending runs and takes a freed request's run back whole, so a request's blocks mostly land in a few runs of
+consecutive slots: the copier moves each run in one DMA.
 """
 
 from __future__ import annotations
@@ -132,7 +134,7 @@ class PreemptedKVPlanner:
         if stored is None:
             return
         if num_external_tokens <= 0:
-            self._free += stored.slots
+            self._release(stored.slots)
             return
         end = min(self._usable(stored, num_tokens) // self.block_size, len(block_table))
         start = end - num_external_tokens // self.block_size
@@ -150,7 +152,7 @@ class PreemptedKVPlanner:
     def step(self, preempted: Iterable[tuple[str, int]], scheduled: Iterable[Scheduled]) -> StepCopies:
         """The copies of one scheduler step. `preempted`: each request preempted in it with its token count then
         (prompt and output so far); `scheduled`: what the step scheduled."""
-        self._free += self._release_next_step  # read by the previous step's loads, which have run
+        self._release(self._release_next_step)  # read by the previous step's loads, which have run
         self._release_next_step, self._loaded_this_step = self._loaded_this_step, []
         for request_id, num_tokens in preempted:
             self._store(request_id, num_tokens)
@@ -171,7 +173,11 @@ class PreemptedKVPlanner:
         self._preempted.pop(request_id, None)
         stored = self._stored.pop(request_id, None)
         if stored is not None:
-            self._free += stored.slots
+            self._release(stored.slots)
+
+    def _release(self, slots: list[int]) -> None:
+        """Back on the stack so that the next allocation pops them in the order they were allocated."""
+        self._free += reversed(slots)
 
     def take_counters(self) -> OffloadCounters:
         counters, self.counters = self.counters, OffloadCounters()

@@ -134,6 +134,17 @@ def _misses_per_resume(workload: dict[str, Any]) -> str:
     return f"{workload['resume_gpu_misses'] / workload['resume_lookups']:,.0f}"
 
 
+def _decode_rate(workload: dict[str, Any], klass: DifficultyClass = "easy") -> str:
+    """Median tokens per second a request of `klass` decoded after its first token, over those never preempted: the
+    engine's step time as a request sees it, which copies or prefill in the same steps slow down."""
+    rates = [
+        (r["reasoning_tokens"] + r["answer_tokens"]) / (r["e2e_s"] - r["ttft_s"])
+        for r in workload["requests"]
+        if r["difficulty"] == klass and r.get("preemptions") == 0 and r["e2e_s"] is not None and r["e2e_s"] > r["ttft_s"]
+    ]
+    return "-" if not rates else f"{float(np.median(rates)):.0f}"
+
+
 def _by_class(workload: dict[str, Any]) -> str:
     """Preemptions of finished easy / medium / hard requests (older reports lack the count)."""
     counts = [workload["per_class"][k].get("preemptions") for k in CLASSES]
@@ -144,7 +155,7 @@ def markdown_table(reports: Sequence[dict[str, Any]]) -> str:
     """One row per configuration and workload of the given `run` reports, in their order."""
     head = (
         "| config | workload | KV capacity (tokens) | output tok/s | goodput (req/s) | met SLO | "
-        "easy TTFVT p50 / p99 (s) | easy E2E p50 / p99 (s) | medium E2E p50 / p99 (s) | "
+        "easy TTFVT p50 / p99 (s) | easy E2E p50 / p99 (s) | easy decode tok/s (never preempted) | medium E2E p50 / p99 (s) | "
         "hard TTFVT p50 / p99 (s) | hard E2E p50 / p90 / p99 (s) | hard E2E mean (s) | hard finished | KV mean / peak | "
         "preemptions | of finished easy / medium / hard | "
         "offload out / in (GiB) | resumed from host | recomputed tokens per preemption | GPU cache misses per resume lookup |"
@@ -161,7 +172,8 @@ def markdown_table(reports: Sequence[dict[str, Any]]) -> str:
                 lines.append(
                     f"| {result['config']} | {name} | {result['kv_capacity_tokens']:,} | {w['output_tokens_per_s']:,.0f} | "
                     f"{w['goodput_rps']:.2f} | {w['met_slo']}/{w['sent']} | {pp('easy', 'ttfvt_s')} | {pp('easy', 'e2e_s')} | "
-                    f"{pp('medium', 'e2e_s')} | {pp('hard', 'ttfvt_s')} | {pp('hard', 'e2e_s', qs=('p50', 'p90', 'p99'))} | "
+                    f"{_decode_rate(w)} | {pp('medium', 'e2e_s')} | {pp('hard', 'ttfvt_s')} | "
+                    f"{pp('hard', 'e2e_s', qs=('p50', 'p90', 'p99'))} | "
                     f"{_fmt(c['hard'].get('e2e_mean_s'))} | "
                     f"{c['hard']['finished']}/{c['hard']['sent']} | "
                     f"{w['kv_occupancy_mean']:.0%} / {w['kv_occupancy_peak']:.0%} | "

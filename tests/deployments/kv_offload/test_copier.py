@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from thinktier.deployments.tier.kv_offload.copier import HostKVPool
+from thinktier.deployments.tier.kv_offload.copier import HostKVPool, slot_runs
 from thinktier.deployments.tier.kv_offload.planner import BlockCopy
 
 NUM_BLOCKS = 8
@@ -40,3 +40,22 @@ def test_a_request_preempted_at_one_step_can_resume_at_the_next() -> None:
     kv["layer.0"][4] = 0
     pool.load([BlockCopy((7,), (1,))])  # no store in between: the load places the stored block first
     assert torch.equal(kv["layer.0"][7], before[4])
+
+
+def test_slots_out_of_order_and_in_runs_come_back_exactly() -> None:
+    """A store and a load split into runs of consecutive slots, whatever order the planner gave them in."""
+    kv = caches()
+    before = {name: cache.clone() for name, cache in kv.items()}
+    pool = HostKVPool(kv, NUM_BLOCKS, num_slots=6)
+    pool.store([BlockCopy((0, 1, 2), (4, 5, 0)), BlockCopy((3, 4), (2, 1))])
+    for cache in kv.values():
+        cache.view(torch.uint8).zero_()
+    pool.load([BlockCopy((7, 6, 5, 4, 3), (2, 1, 4, 5, 0))])
+    for name in kv:
+        assert torch.equal(kv[name].view(torch.uint8).movedim(1 if name == "layer.1" else 0, 0)[[7, 6, 5, 4, 3]],
+                           before[name].view(torch.uint8).movedim(1 if name == "layer.1" else 0, 0)[[3, 4, 0, 1, 2]])
+
+
+def test_slot_runs_are_the_consecutive_ascending_stretches() -> None:
+    assert slot_runs([4, 5, 0, 2, 1, 7, 8, 9]) == [(0, 4, 2), (2, 0, 1), (3, 2, 1), (4, 1, 1), (5, 7, 3)]
+    assert slot_runs([]) == []

@@ -37,7 +37,18 @@ def test_slots_of_a_load_are_reused_only_from_the_next_step() -> None:
     planner.loading("a", [5, 6, 7], 40, 32)
     running(planner, "b", [8, 9], 32)  # the step that loads a: no free slot for b yet
     assert planner.free_slots == 0
-    assert planner.step([("b", 40)], []).stores == (BlockCopy((8, 9), (1, 0)),)
+    assert planner.step([("b", 40)], []).stores == (BlockCopy((8, 9), (0, 1)),)
+
+
+def test_a_freed_run_of_slots_is_handed_out_again_as_one_run() -> None:
+    """The copier moves each run of consecutive slots in one copy, so churn must not scatter a request's slots."""
+    planner = PreemptedKVPlanner(num_slots=8, block_size=BLOCK)
+    running(planner, "a", [1, 2, 3], 48)
+    running(planner, "b", [4, 5, 6], 48)
+    assert planner.step([("a", 49), ("b", 49)], []).stores == (BlockCopy((1, 2, 3), (0, 1, 2)), BlockCopy((4, 5, 6), (3, 4, 5)))
+    planner.finished("a")
+    running(planner, "c", [7, 8, 9, 10], 64)
+    assert planner.step([("c", 65)], []).stores == (BlockCopy((7, 8, 9, 10), (0, 1, 2, 6)),)
 
 
 def test_a_preemption_stores_what_fits_and_the_rest_is_recomputed() -> None:
