@@ -196,6 +196,14 @@ def _add_recipe_arguments(parser: argparse.ArgumentParser) -> None:
         "never answered with thinking off (0: no rule, as up to difficulty-v5; default: %(default)s).",
     )
     parser.add_argument(
+        "--hard-risk",
+        action=argparse.BooleanOptionalAction,
+        default=DEFAULTS.hard_risk,
+        help="The uncertainty rule's second arm: choose out of fold on the training rows the hard probability from which "
+        "a prompt is never answered with thinking off (training/classifier/hard_risk.py; --no-hard-risk: none, as up to "
+        "difficulty-v8; default: %(default)s).",
+    )
+    parser.add_argument(
         "--fast-agreement",
         type=float,
         default=DEFAULTS.fast_agreement,
@@ -256,6 +264,7 @@ def _config(args: argparse.Namespace) -> TrainingConfig:
         written_prompts_2=args.written_prompts_2,
         reasoner_per_class=args.reasoner_per_class,
         chat_confidence=args.chat_confidence or None,
+        hard_risk=args.hard_risk,
         fast_agreement=args.fast_agreement or None,
         cv_folds=args.cv_folds,
     )

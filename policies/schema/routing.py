@@ -35,7 +35,7 @@ class Classifier(StrictModel):
         json_schema_extra=DEPLOY_TIME,
     )
     artifact: str = Field(
-        "builtin:difficulty-v8", description="Trained head artifact, or 'builtin:<version>'.", json_schema_extra=DEPLOY_TIME
+        "builtin:difficulty-v9", description="Trained head artifact, or 'builtin:<version>'.", json_schema_extra=DEPLOY_TIME
     )
     max_batch_size: int = Field(16, ge=1, description="Prompts scored together.", json_schema_extra=DEPLOY_TIME)
     batch_wait_timeout_s: float = Field(

@@ -37,7 +37,15 @@ def route(model: DifficultyModel, prompt: str) -> Decision:
     return decide(POLICY, RoutingRequest(prompt=prompt), model.score_batch([prompt])[0], {})
 
 
-@pytest.mark.parametrize("prompt", ["Prove that pi is irrational.", "Prove the Erdős–Ginzburg–Ziv theorem."])  # noqa: RUF001
+@pytest.mark.parametrize(
+    "prompt",
+    [
+        "Prove that pi is irrational.",
+        "Prove the Erdős–Ginzburg–Ziv theorem.",  # noqa: RUF001
+        "أثبت مبرهنة ويلسون.",  # Wilson's theorem, Arabic: difficulty-v8 sent it to the chat tier
+        "पिक का प्रमेय सिद्ध कीजिए।",  # Pick's theorem, Hindi: likewise
+    ],
+)
 def test_a_terse_request_to_prove_a_named_theorem_is_thought_about(model: DifficultyModel, prompt: str) -> None:
     decision = route(model, prompt)
     assert decision.tier == "reasoning" and decision.thinking_tokens > 0, decision
@@ -74,6 +82,16 @@ def test_an_unsure_chat_probability_keeps_a_prompt_off_the_chat_band() -> None:
     assert fold_scores(unsure, ANCHORS, None).tolist() == pytest.approx([0.25, 0.05])
     sure[:, hard] = 1.0
     assert fold_scores(sure, ANCHORS, 0.8).tolist() == pytest.approx([1.0, 1.0])
+
+
+def test_a_real_chance_of_being_hard_keeps_a_prompt_off_the_chat_band_however_sure_chat_is() -> None:
+    """The rule's second arm: P(chat) 0.9 and P(hard) 0.1 passes the chat confidence of 0.5 and scores 0.1, in the chat
+    band; with a hard risk of 0.1 it scores the easy anchor. P(hard) 0.05 stays chat."""
+    chat, easy, hard = (HEAD_CLASSES.index(c) for c in ("chat", "easy", "hard"))
+    rows = torch.zeros(2, len(HEAD_CLASSES))
+    rows[0, chat], rows[0, hard], rows[1, chat], rows[1, hard] = 0.9, 0.1, 0.95, 0.05
+    assert fold_scores(rows, ANCHORS, 0.5).tolist() == pytest.approx([0.1, 0.05])
+    assert fold_scores(rows, ANCHORS, 0.5, hard_risk=0.1).tolist() == pytest.approx([float(ANCHORS[easy]), 0.05])
 
 
 def test_the_external_prompts_are_nowhere_in_training() -> None:

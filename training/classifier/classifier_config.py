@@ -14,7 +14,7 @@ FeatureRecipe = Literal["use-chargrams", "minilm"]
 
 @dataclass(frozen=True)
 class TrainingConfig:
-    version: str = "difficulty-v8"
+    version: str = "difficulty-v9"
     # use-chargrams: multilingual (difficulty-v2, -v3, -v4); minilm: the English-only recipe of difficulty-v1, to compare.
     features: FeatureRecipe = "use-chargrams"
     seed: int = 0
@@ -70,6 +70,11 @@ class TrainingConfig:
     # head's routing band on at least this share of the training rows out of fold. None: no fast head
     # (`--version difficulty-v7 --fast-agreement 0` rebuilds difficulty-v7).
     fast_agreement: float | None = 0.99
+    # difficulty-v9 (issue 33): v8's heads, with the uncertainty rule's second arm: a prompt whose hard probability is
+    # at least the artifact's `hard_risk` is never answered with thinking off (a terse "prove Wilson's theorem" looked
+    # like chat to v8). Its value is chosen out of fold on the training rows (training/classifier/hard_risk.py).
+    # False: no such arm (`--version difficulty-v8 --no-hard-risk` rebuilds difficulty-v8).
+    hard_risk: bool = True
     weight_decay: float = 1e-5
     max_iterations: int = 500
     cv_folds: int = 5

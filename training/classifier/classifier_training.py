@@ -47,6 +47,7 @@ from thinktier.deployments.classifier.difficulty_structure import standardiser
 from thinktier.policies.schema import Thresholds
 from thinktier.training.classifier.classifier_config import TrainingConfig
 from thinktier.training.classifier.fast_head import choose_confidence
+from thinktier.training.classifier.hard_risk import choose_hard_risk, hard_rows_in_chat
 from thinktier.training.data.chat_prompts import chat_prompts
 from thinktier.training.data.external_problems import MATH500_PACKAGE
 from thinktier.training.data.math_levels import math_level_problems
@@ -284,9 +285,11 @@ def cross_validate(
     labels: torch.Tensor,
     log: Callable[[str], None],
     fold_seed: int | None = None,
+    hard_risk: float | None = None,
 ) -> CrossValidation:
     """Fit the head `config.cv_folds` times, each fold held out once, on features already computed for every row, as
-    written and without LaTeX (`plain`). The folds are dealt by `fold_seed` (default: the config's seed)."""
+    written and without LaTeX (`plain`), scored under the uncertainty rule with `hard_risk`. The folds are dealt by
+    `fold_seed` (default: the config's seed)."""
     reported = rendered_slices(config.languages, [e.language for e in examples])
     auc: dict[str, list[float]] = defaultdict(list)
     recall: dict[str, list[float]] = defaultdict(list)
@@ -297,7 +300,7 @@ def cross_validate(
         head = fit_head(fit_x, fit_y, config.weight_decay, config.max_iterations)
         held_labels = labels[held]
         held_scores = {
-            typed: fold_scores(head.probabilities(x[held]), ANCHORS, config.chat_confidence)
+            typed: fold_scores(head.probabilities(x[held]), ANCHORS, config.chat_confidence, hard_risk)
             for typed, x in ((False, features), (True, plain))
         }
         for name, (mask, typed) in reported.items():
@@ -409,21 +412,31 @@ def train(config: TrainingConfig, log: Callable[[str], None] = print) -> Artifac
 
     fit_x, fit_y = fitting_rows(all_x[~held_rows], all_plain[~held_rows], all_y[~held_rows], config.plain_renderings)
     head = fit_head(fit_x, fit_y, config.weight_decay, config.max_iterations)
+    hard_risk, fast_spec = None, None
+    if (config.hard_risk or config.fast_agreement is not None) and isinstance(spec, UseCharGramsSpec):
+        train_rows = ~held_rows
+        whole, fast = out_of_fold(config, train_set, all_x[train_rows], all_plain[train_rows], all_y[train_rows])
+        if config.hard_risk:
+            oof_labels = all_y[train_rows].repeat(2)  # out_of_fold stacks the rows as written, then without LaTeX
+            hard_risk = choose_hard_risk(whole, oof_labels, ANCHORS, config.chat_confidence)
+            before = hard_rows_in_chat(whole, oof_labels, ANCHORS, config.chat_confidence, None)
+            after = hard_rows_in_chat(whole, oof_labels, ANCHORS, config.chat_confidence, hard_risk)
+            log(f"hard risk: {hard_risk} (training rows out of fold: hard rows in the chat band {before} -> {after})")
+        if config.fast_agreement is not None:
+            fast_spec = choose_confidence(whole, fast, ANCHORS, config.chat_confidence, config.fast_agreement, hard_risk)
+            log(f"fast head: {fast_spec or 'no confidence met the agreement; every prompt is embedded'}")
     held_probabilities = {typed: head.probabilities(x[held_rows]) for typed, x in ((False, all_x), (True, all_plain))}
     held_out_reports: dict[str, HeldOutReport] = {}
     held_languages = [e.language for e in examples if e.problem_id in held_set]
     for name, (mask, typed) in rendered_slices(config.languages, held_languages).items():
         probabilities = held_probabilities[typed][mask]
-        held_out_reports[name] = report(held_y[mask], probabilities, fold_scores(probabilities, ANCHORS, config.chat_confidence))
-    scores = fold_scores(held_probabilities[False], ANCHORS, config.chat_confidence)
-    cross_validation = cross_validate(config, examples, all_x, all_plain, all_y, log) if config.cv_folds > 1 else None
+        held_scores = fold_scores(probabilities, ANCHORS, config.chat_confidence, hard_risk)
+        held_out_reports[name] = report(held_y[mask], probabilities, held_scores)
+    scores = fold_scores(held_probabilities[False], ANCHORS, config.chat_confidence, hard_risk)
+    cross_validation = (
+        cross_validate(config, examples, all_x, all_plain, all_y, log, hard_risk=hard_risk) if config.cv_folds > 1 else None
+    )
     tensors = {"weight": head.weight.contiguous(), "bias": head.bias.contiguous()}
-    fast_spec = None
-    if config.fast_agreement is not None and isinstance(spec, UseCharGramsSpec):
-        train_rows = ~held_rows
-        whole, fast = out_of_fold(config, train_set, all_x[train_rows], all_plain[train_rows], all_y[train_rows])
-        fast_spec = choose_confidence(whole, fast, ANCHORS, config.chat_confidence, config.fast_agreement)
-        log(f"fast head: {fast_spec or 'no confidence met the agreement; every prompt is embedded'}")
     if fast_spec is not None:
         fast_head = fit_head(fit_x[:, USE_DIM:], fit_y, config.weight_decay, config.max_iterations)
         tensors |= {"fast_weight": fast_head.weight.contiguous(), "fast_bias": fast_head.bias.contiguous()}
@@ -434,6 +447,7 @@ def train(config: TrainingConfig, log: Callable[[str], None] = print) -> Artifac
         version=config.version,
         score_anchors=SCORE_ANCHORS,
         chat_confidence=config.chat_confidence,
+        hard_risk=hard_risk,
         embedder=spec,
         held_out=held_out_reports,
         cross_validation=cross_validation,

@@ -33,12 +33,17 @@ def _lowest(meets: list[bool]) -> float | None:
 
 
 def choose_confidence(
-    whole: torch.Tensor, fast: torch.Tensor, anchors: torch.Tensor, chat_confidence: float | None, agreement: float
+    whole: torch.Tensor,
+    fast: torch.Tensor,
+    anchors: torch.Tensor,
+    chat_confidence: float | None,
+    agreement: float,
+    hard_risk: float | None = None,
 ) -> FastHeadSpec | None:
-    """The fast head's two confidences from these out-of-fold probabilities of the same rows (whole head, fast head);
-    None when no candidate meets the rule for both directions."""
-    whole_bands = bands(fold_scores(whole, anchors, chat_confidence))
-    fast_bands = bands(fold_scores(fast, anchors, chat_confidence))
+    """The fast head's two confidences from these out-of-fold probabilities of the same rows (whole head, fast head),
+    both scored under the uncertainty rule; None when no candidate meets the rule for both directions."""
+    whole_bands = bands(fold_scores(whole, anchors, chat_confidence, hard_risk))
+    fast_bands = bands(fold_scores(fast, anchors, chat_confidence, hard_risk))
     top, predicted = fast.max(dim=-1)
     to_chat = predicted == CHAT
 
