@@ -136,10 +136,11 @@ def _misses_per_resume(workload: dict[str, Any]) -> str:
 
 def _decode_rate(workload: dict[str, Any], klass: DifficultyClass = "easy") -> str:
     """Median tokens per second a request of `klass` decoded after its first token, over those never preempted: the
-    engine's step time as a request sees it, which copies or prefill in the same steps slow down."""
+    engine's step time as a request sees it, which copies or prefill in the same steps slow down ("-" for reports
+    without per-request records, such as `bench gpu simulate`'s)."""
     rates = [
         (r["reasoning_tokens"] + r["answer_tokens"]) / (r["e2e_s"] - r["ttft_s"])
-        for r in workload["requests"]
+        for r in workload.get("requests", ())
         if r["difficulty"] == klass and r.get("preemptions") == 0 and r["e2e_s"] is not None and r["e2e_s"] > r["ttft_s"]
     ]
     return "-" if not rates else f"{float(np.median(rates)):.0f}"
