@@ -11,7 +11,7 @@ import torch
 
 from thinktier.deployments.classifier.difficulty import fold_scores
 from thinktier.deployments.classifier.difficulty_artifact import HEAD_CLASSES
-from thinktier.policies.schema import Thresholds
+from thinktier.training.classifier.fast_head import bands
 
 CANDIDATES = (0.3, 0.25, 0.2, 0.15, 0.1, 0.05)
 """Tried from the largest."""
@@ -24,9 +24,9 @@ def hard_rows_in_chat(
     chat_confidence: float | None,
     hard_risk: float | None,
 ) -> int:
-    """Hard rows whose score falls below the default policy's reasoning threshold (chat tier, thinking off)."""
-    scores = fold_scores(probabilities, anchors, chat_confidence, hard_risk)
-    return int(((scores < Thresholds().reasoning) & (labels == HEAD_CLASSES.index("hard"))).sum())
+    """Hard rows whose score falls in the default policy's chat band (chat tier, thinking off)."""
+    in_chat = bands(fold_scores(probabilities, anchors, chat_confidence, hard_risk)) == 0
+    return int((in_chat & (labels == HEAD_CLASSES.index("hard"))).sum())
 
 
 def choose_hard_risk(

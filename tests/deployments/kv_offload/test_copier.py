@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from thinktier.deployments.tier.kv_offload.copier import HostKVPool, slot_runs
+from thinktier.deployments.tier.kv_offload.copier import HostKVPool, block_dim, slot_runs
 from thinktier.deployments.tier.kv_offload.planner import BlockCopy
 
 NUM_BLOCKS = 8
@@ -51,9 +51,10 @@ def test_slots_out_of_order_and_in_runs_come_back_exactly() -> None:
     for cache in kv.values():
         cache.view(torch.uint8).zero_()
     pool.load([BlockCopy((7, 6, 5, 4, 3), (2, 1, 4, 5, 0))])
-    for name in kv:
-        assert torch.equal(kv[name].view(torch.uint8).movedim(1 if name == "layer.1" else 0, 0)[[7, 6, 5, 4, 3]],
-                           before[name].view(torch.uint8).movedim(1 if name == "layer.1" else 0, 0)[[3, 4, 0, 1, 2]])
+    for name, cache in kv.items():
+        dim = block_dim(cache, NUM_BLOCKS)
+        loaded, stored = cache.view(torch.uint8).movedim(dim, 0), before[name].view(torch.uint8).movedim(dim, 0)
+        assert torch.equal(loaded[[7, 6, 5, 4, 3]], stored[[3, 4, 0, 1, 2]])
 
 
 def test_slot_runs_are_the_consecutive_ascending_stretches() -> None:
